@@ -1,0 +1,103 @@
+"""Model factory: the project's small ViTs, a linear-attention ViT, and any timm model.
+
+`create("vit_digits", num_classes=10)` builds the embedded-dataset model; `vit_cifar` the
+ViT-Tiny-like model common in FL papers; `linear_vit` the vit_digits shape with linear
+attention (no softmax), the bridge to the paper's linear-attention theory. Any other name is
+passed to `timm.create_model` (pretrained weights only when asked).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["create", "LinearAttention", "PROJECT_MODELS"]
+
+# name -> VisionTransformer keyword arguments (sizes checked in tests/test_models.py)
+PROJECT_MODELS = {
+    "vit_digits": dict(img_size=8, patch_size=2, in_chans=1, embed_dim=48, depth=3, num_heads=4,
+                       mlp_ratio=2.0, qkv_bias=True),
+    "vit_cifar": dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=7, num_heads=3,
+                      mlp_ratio=2.0, qkv_bias=True),
+    "linear_vit": dict(img_size=8, patch_size=2, in_chans=1, embed_dim=48, depth=3, num_heads=4,
+                       mlp_ratio=2.0, qkv_bias=True),
+}
+
+
+class LinearAttention(nn.Module):
+    """Multi-head linear attention with timm's attribute names (`qkv`, `proj`, `num_heads`).
+
+    out_h = phi(Q_h) (phi(K_h)^T V_h) / (phi(Q_h) phi(K_h)^T 1) with phi = elu + 1, or, with
+    `feature_map="identity"`, out_h = Q_h K_h^T V_h / n (the model of the paper's analysis).
+    No softmax: the attention kernel acts linearly, as in Section 4 of the paper.
+    """
+
+    def __init__(self, dim: int, num_heads: int = 4, qkv_bias: bool = True,
+                 feature_map: str = "elu"):
+        super().__init__()
+        if feature_map not in ("elu", "identity"):
+            raise ValueError(f"feature_map must be 'elu' or 'identity'; got {feature_map!r}")
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.feature_map = feature_map
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, attn_mask=None, is_causal: bool = False) -> torch.Tensor:
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if self.feature_map == "elu":
+            q, k = F.elu(q) + 1, F.elu(k) + 1
+            kv = k.transpose(-2, -1) @ v                      # (B, h, d, d)
+            norm = q @ k.sum(dim=-2, keepdim=True).transpose(-2, -1)  # (B, h, N, 1)
+            out = (q @ kv) / norm.clamp_min(1e-6)
+        else:
+            out = (q @ (k.transpose(-2, -1) @ v)) / N
+        return self.proj(out.transpose(1, 2).reshape(B, N, C))
+
+
+def _project_vit(name: str, num_classes: int, **kw) -> nn.Module:
+    from timm.models.vision_transformer import VisionTransformer
+
+    feature_map = kw.pop("feature_map", "elu")
+    args = {**PROJECT_MODELS[name], **kw}
+    model = VisionTransformer(num_classes=num_classes, **args)
+    if name == "linear_vit":
+        for block in model.blocks:
+            block.attn = LinearAttention(args["embed_dim"], args["num_heads"],
+                                         qkv_bias=args.get("qkv_bias", True), feature_map=feature_map)
+        model.apply(_init_linear_attention)
+    return model
+
+
+def _init_linear_attention(m: nn.Module) -> None:
+    if isinstance(m, LinearAttention):
+        nn.init.trunc_normal_(m.qkv.weight, std=0.02)
+        nn.init.trunc_normal_(m.proj.weight, std=0.02)
+        for lin in (m.qkv, m.proj):
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+
+def create(name: str, num_classes: int, pretrained: bool = False, **kw) -> nn.Module:
+    """Build model `name` with `num_classes` outputs.
+
+    Project names: `vit_digits`, `vit_cifar`, `linear_vit` (keyword arguments override the
+    VisionTransformer settings, e.g. `in_chans=3, img_size=16`). Any other name is created by
+    timm (`pretrained=True` downloads weights, which needs a network).
+    """
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer; got {num_classes!r}")
+    if name in PROJECT_MODELS:
+        if pretrained:
+            raise ValueError(f"{name!r} is a project model with no pretrained weights; "
+                             f"use pretrained=False")
+        return _project_vit(name, num_classes, **kw)
+    import timm
+
+    if not timm.list_models(name) and name not in timm.list_models(pretrained=False):
+        hint = timm.list_models(f"*{name.split('_')[0]}*")[:8]
+        raise ValueError(f"unknown model {name!r}: not a project model ({', '.join(PROJECT_MODELS)}) "
+                         f"nor a timm model name. Similar timm names: {hint}")
+    return timm.create_model(name, pretrained=pretrained, num_classes=num_classes, **kw)
