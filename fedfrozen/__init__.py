@@ -1,5 +1,18 @@
-"""fedfrozen: two-stage federated optimisation via attention kernel freezing (arXiv 2605.06446)."""
+"""fedfrozen: two-stage federated optimisation via attention kernel freezing (arXiv 2605.06446).
+
+    import fedfrozen as ff
+    train, test = ff.data.load("digits")
+    cfg = ff.Config(method="fedfrozen", alpha=0.1, rounds=60, warmup_rounds=15)
+    hist = ff.run(cfg)
+"""
 
 __version__ = "0.1.0"
 
-from . import data, models, partition, qkv  # noqa: E402,F401
+from . import algorithms, data, models, partition, qkv  # noqa: E402
+from .config import Config  # noqa: E402
+from .history import History  # noqa: E402
+from .loop import run  # noqa: E402
+from .results import run_or_load  # noqa: E402
+
+__all__ = ["Config", "History", "run", "run_or_load", "algorithms", "data", "models", "partition", "qkv",
+           "__version__"]

@@ -252,6 +252,9 @@ def param_groups(model: nn.Module) -> dict[str, list[str]]:
                      or _has_separate_projections(m)}
     # a SplitQKV's own prefix is the projection, its parent is the attention module
     attn_prefixes |= {n.rsplit(".", 1)[0] for n in attn_prefixes if "." in n}
+    fused = [n for n, _ in model.named_parameters() if n.endswith(("qkv.weight", "in_proj_weight"))]
+    if fused:
+        raise ValueError(f"fused QKV parameters {fused[:3]}: call fedfrozen.qkv.split_qkv(model) first")
     groups = {g: [] for g in GROUPS}
     unplaced = []
     for name, _ in model.named_parameters():
@@ -260,9 +263,6 @@ def param_groups(model: nn.Module) -> dict[str, list[str]]:
     if unplaced:
         raise ValueError(f"param_groups cannot place these parameters of {type(model).__name__}: "
                          f"{unplaced[:10]}")
-    fused = [n for n in groups["qk"] + groups["v"] if n.endswith("qkv.weight") or n.endswith("in_proj_weight")]
-    if fused:
-        raise ValueError(f"fused QKV parameters {fused[:3]}: call fedfrozen.qkv.split_qkv(model) first")
     return groups
 
 

@@ -1,0 +1,189 @@
+"""`Config`: every setting of a federated run, validated before any work starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from .algorithms import FREEZE_SCHEDULES, LOCAL_OBJECTIVES, PRESETS, SERVER_OPTIMIZERS
+from .data import DATASETS
+from .partition import PARTITIONS
+from .qkv import GROUPS
+
+__all__ = ["Config"]
+
+
+@dataclass
+class Config:
+    """A federated run. Field comments say what each one means; defaults train vit_digits.
+
+    Methods (../shared/METHODS.md): `method` is a preset (see fedfrozen.algorithms.PRESETS);
+    `local_objective`, `server_opt` and `freeze_schedule` override its components.
+    """
+
+    # data and clients
+    dataset: str = "digits"            # digits | cifar10 | cifar100 | svhn | fashion_mnist
+    data_root: str = "data"            # where torchvision datasets live
+    download: bool = False             # fetch a missing torchvision dataset
+    partition: str = "dirichlet"       # iid | dirichlet | shards | quantity
+    alpha: float = 0.5                 # Dirichlet concentration (label skew; beta for quantity skew)
+    classes_per_client: int = 2        # for partition="shards"
+    n_clients: int = 20                # number of clients N
+    clients_per_round: int | None = None  # |S| sampled per round (None: all clients)
+    val_fraction: float = 0.1          # training data held out (stratified) for hyperparameter selection
+    client_holdout: float = 0.1        # fraction of each client's data kept for its local accuracy
+    public_fraction: float = 0.0       # training data held out as the server's public split
+    # local training
+    rounds: int = 60                   # communication rounds T
+    local_epochs: int | None = None    # epochs per round (default 1 when local_steps is None)
+    local_steps: int | None = None     # or: a fixed number of local steps K per round
+    batch_size: int = 32
+    optimizer: str = "adamw"           # sgd | adamw (fresh state per client per round)
+    lr: float = 3e-3                   # local learning rate eta
+    momentum: float = 0.9              # SGD momentum
+    weight_decay: float = 0.01         # decoupled for AdamW, L2 for SGD
+    lr_schedule: str = "constant"      # constant | cosine (over rounds)
+    grad_clip: float | None = None     # clip the local gradient norm
+    # model and method
+    model: str = "vit_digits"          # project model or timm name
+    model_kwargs: dict = field(default_factory=dict)  # extra arguments to models.create
+    method: str = "fedavg"             # preset name
+    warmup_rounds: int = 15            # T0: stage 2 starts at this round (>= rounds: never)
+    freeze: tuple = ("qk",)            # groups frozen in stage 2 by the fedfrozen presets
+    value_l2: float = 0.0              # lambda of the value penalty (stage 2)
+    value_l2_mode: str = "ridge"       # ridge: lambda/2 ||W_V||^2; prox: lambda/2 ||W_V - W_V^r||^2
+    value_l2_warmup: bool = False      # apply the value penalty in stage 1 too
+    local_objective: str | None = None  # override: plain | prox | scaffold | feddyn
+    server_opt: str | None = None      # override: avg | momentum | adam | yogi | adagrad | feddyn
+    freeze_schedule: str | None = None  # override: none | warmup | start
+    prox_mu: float = 0.01              # FedProx mu
+    feddyn_alpha: float = 0.01         # FedDyn alpha
+    server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
+    server_momentum: float = 0.9       # FedAvgM beta
+    server_beta1: float = 0.9          # FedOpt beta1
+    server_beta2: float = 0.99         # FedOpt beta2
+    server_tau: float = 1e-3           # FedOpt adaptivity tau
+    # starting point
+    init: str = "random"               # random | public (server pre-trains on the public split) | path to a state_dict
+    server_pretrain_epochs: int = 0    # epochs of server pre-training when init="public"
+    # run
+    seed: int = 0
+    device: str = "auto"               # auto | cpu | cuda
+    eval_every: int = 1                # evaluate the global model every k rounds (and at the end)
+    amp: bool = False                  # bfloat16 autocast (GPU only)
+    checkpoint_every: int = 0          # write a checkpoint every k rounds (0: never)
+    checkpoint_dir: str | None = None  # where checkpoints go
+
+    def __post_init__(self):
+        self.freeze = tuple(self.freeze)
+        self.model_kwargs = dict(self.model_kwargs)
+        if self.local_epochs is None and self.local_steps is None:
+            self.local_epochs = 1
+        self.validate()
+
+    # --- validation -----------------------------------------------------------------------
+    def validate(self) -> None:
+        def choice(name, allowed):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+
+        def integer(name, lo, none_ok=False):
+            value = getattr(self, name)
+            if value is None and none_ok:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}; got {value!r}")
+
+        def number(name, lo, hi=float("inf"), lo_open=False, none_ok=False):
+            value = getattr(self, name)
+            if value is None and none_ok:
+                return
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number; got {value!r}")
+            if (value <= lo if lo_open else value < lo) or value > hi:
+                bound = f"> {lo}" if lo_open else f">= {lo}"
+                raise ValueError(f"{name} must be {bound}" + (f" and <= {hi}" if hi < float("inf") else "")
+                                 + f"; got {value!r}")
+
+        choice("dataset", DATASETS)
+        choice("partition", PARTITIONS)
+        number("alpha", 0, lo_open=True)
+        integer("classes_per_client", 1)
+        integer("n_clients", 1)
+        integer("clients_per_round", 1, none_ok=True)
+        if self.clients_per_round is not None and self.clients_per_round > self.n_clients:
+            raise ValueError(f"clients_per_round ({self.clients_per_round}) must not exceed "
+                             f"n_clients ({self.n_clients})")
+        number("val_fraction", 0, 0.5)
+        number("client_holdout", 0, 0.5)
+        number("public_fraction", 0, 0.5)
+        integer("rounds", 1)
+        if self.local_epochs is not None and self.local_steps is not None:
+            raise ValueError("give exactly one of local_epochs and local_steps, not both")
+        integer("local_epochs", 1, none_ok=True)
+        integer("local_steps", 1, none_ok=True)
+        integer("batch_size", 1)
+        choice("optimizer", ("sgd", "adamw"))
+        number("lr", 0, lo_open=True)
+        number("momentum", 0, 1)
+        number("weight_decay", 0)
+        choice("lr_schedule", ("constant", "cosine"))
+        number("grad_clip", 0, lo_open=True, none_ok=True)
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"model must be a model name; got {self.model!r}")
+        choice("method", tuple(PRESETS))
+        integer("warmup_rounds", 0)
+        unknown = [g for g in self.freeze if g not in GROUPS]
+        if unknown or not self.freeze:
+            raise ValueError(f"freeze must name one or more groups of {', '.join(GROUPS)}; got {self.freeze!r}")
+        number("value_l2", 0)
+        choice("value_l2_mode", ("ridge", "prox"))
+        if self.local_objective is not None:
+            choice("local_objective", LOCAL_OBJECTIVES)
+        if self.server_opt is not None:
+            choice("server_opt", SERVER_OPTIMIZERS)
+        if self.freeze_schedule is not None:
+            choice("freeze_schedule", FREEZE_SCHEDULES)
+        number("prox_mu", 0)
+        number("feddyn_alpha", 0, lo_open=True)
+        number("server_lr", 0, lo_open=True, none_ok=True)
+        number("server_momentum", 0, 1)
+        number("server_beta1", 0, 1)
+        number("server_beta2", 0, 1)
+        number("server_tau", 0, lo_open=True)
+        if not isinstance(self.init, str) or not self.init:
+            raise ValueError(f"init must be 'random', 'public' or a path; got {self.init!r}")
+        integer("server_pretrain_epochs", 0)
+        if self.init == "public" and (self.public_fraction <= 0 or self.server_pretrain_epochs < 1):
+            raise ValueError("init='public' needs public_fraction > 0 and server_pretrain_epochs >= 1")
+        integer("seed", 0)
+        choice("device", ("auto", "cpu", "cuda"))
+        integer("eval_every", 1)
+        integer("checkpoint_every", 0)
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ValueError("checkpoint_every > 0 needs checkpoint_dir")
+        from .algorithms import resolve
+
+        resolve(self)  # component compatibility
+
+    # --- (de)serialisation ----------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["freeze"] = list(self.freeze)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown Config field(s) {unknown}")
+        return cls(**d)
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)

@@ -1,0 +1,442 @@
+"""The federated loop: FedAvg core, the two-stage FedFrozen schedule, every method of
+fedfrozen.algorithms, metrics, checkpoints.
+
+One resident model: its parameters live in one flat buffer (fedfrozen.flat). For each sampled
+client the global weights are copied in (`copy_`), the client trains its local steps on
+batches from its own seeded generator, and its weighted update is added in place to the
+round's sum. The server optimiser then steps on the trainable entries only. At round
+`warmup_rounds` (T0) the configured groups are frozen: the optimiser is rebuilt over the
+trainable parameters, frozen groups are neither uploaded nor aggregated, and the value
+penalty is switched on (paper, Sec. 3; ../shared/METHODS.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import algorithms, data, models, partition, qkv
+from .config import Config
+from .flat import FlatParams
+from .history import History
+from .results import atomic_save, environment
+
+__all__ = ["run", "Config", "evaluate", "prepare", "Setup"]
+
+_EPS = 1e-12
+
+
+# --- setup --------------------------------------------------------------------------------
+
+def _device(cfg: Config) -> torch.device:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but no CUDA device is available; use device='cpu' or 'auto'")
+    dev = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+                       else "cpu")
+    if cfg.amp and dev.type != "cuda":
+        raise ValueError("amp=True needs a CUDA device (amp is GPU only)")
+    return dev
+
+
+def _stratified_holdout(labels: np.ndarray, fraction: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Split indices into (held out, rest), taking `fraction` of every class."""
+    if fraction <= 0:
+        return np.array([], dtype=np.int64), np.arange(labels.size)
+    held = []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        held.append(idx[:int(round(fraction * idx.size))])
+    held = np.sort(np.concatenate(held))
+    rest = np.setdiff1d(np.arange(labels.size), held)
+    return held, rest
+
+
+def _seed(*parts) -> int:
+    """A 63-bit seed derived from the config seed and a position (round, client, purpose)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
+
+
+class Setup:
+    """Data on the device, client index sets, the resident model and its flat parameters."""
+
+    def __init__(self, cfg: Config, device: torch.device, train=None, test=None):
+        self.cfg, self.device = cfg, device
+        if train is None:
+            train, test = data.load(cfg.dataset, cfg.data_root, cfg.download)
+        self.num_classes = train.num_classes
+        rng = np.random.default_rng(_seed(cfg.seed, 101))
+        labels = train.y.numpy()
+        val_idx, rest = _stratified_holdout(labels, cfg.val_fraction, rng)
+        pub_rel, pool_rel = _stratified_holdout(labels[rest], cfg.public_fraction, rng)
+        public_idx, pool = rest[pub_rel], rest[pool_rel]
+        if cfg.n_clients > pool.size:
+            raise ValueError(f"n_clients ({cfg.n_clients}) exceeds the {pool.size} training samples "
+                             f"left for clients")
+        parts = partition.make(cfg.partition, labels[pool], cfg.n_clients, seed=cfg.seed, alpha=cfg.alpha,
+                               classes_per_client=cfg.classes_per_client)
+        self.client_train, self.client_eval = [], []
+        for part in parts:
+            idx = rng.permutation(pool[part])
+            k = int(round(cfg.client_holdout * idx.size)) if idx.size > 1 else 0
+            k = min(max(k, 1 if cfg.client_holdout > 0 and idx.size > 1 else 0), idx.size - 1)
+            self.client_eval.append(torch.as_tensor(np.sort(idx[:k]), device=device))
+            self.client_train.append(torch.as_tensor(np.sort(idx[k:]), device=device))
+        self.client_sizes = np.array([len(t) for t in self.client_train], dtype=np.float64)
+        self.x, self.y = train.x.to(device), train.y.to(device)
+        self.test_x, self.test_y = test.x.to(device), test.y.to(device)
+        self.val_idx = torch.as_tensor(val_idx, device=device)
+        self.public_idx = torch.as_tensor(public_idx, device=device)
+        eval_idx = [t for t in self.client_eval]
+        self.client_eval_all = torch.cat(eval_idx) if eval_idx else torch.empty(0, dtype=torch.long)
+        self.client_eval_owner = torch.cat([torch.full((len(t),), i, device=device)
+                                            for i, t in enumerate(eval_idx)])
+        self.input_shape = tuple(train.x.shape[1:])
+
+        torch.manual_seed(_seed(cfg.seed, 102))
+        kw = dict(cfg.model_kwargs)
+        if cfg.model in models.PROJECT_MODELS:
+            kw.setdefault("in_chans", self.input_shape[0])
+            kw.setdefault("img_size", self.input_shape[1])
+        self.model = models.create(cfg.model, self.num_classes, **kw).to(device)
+        if cfg.init not in ("random", "public"):
+            _load_initial_weights(self.model, cfg.init)
+        qkv.split_qkv(self.model)
+        self.flat = FlatParams(self.model)
+
+
+def prepare(cfg: Config, train=None, test=None) -> Setup:
+    """Resolve the device and build the Setup of `cfg` (data, clients, model), no training."""
+    return Setup(cfg, _device(cfg), train, test)
+
+
+def _load_initial_weights(model, path: str) -> None:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ValueError(f"init must be 'random', 'public' or an existing state_dict file; "
+                         f"no file {path!r}") from None
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]
+    if any(".qkv.q." in k or ".self_attn.q." in k for k in state):
+        qkv.split_qkv(model)
+    model.load_state_dict(state, strict=True)
+
+
+# --- local training -----------------------------------------------------------------------
+
+def _make_optimizer(cfg: Config, params):
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def _batches(n: int, cfg: Config, gen: torch.Generator, epochs: int | None, steps: int | None):
+    """Index batches into a client's samples: `epochs` passes, or exactly `steps` batches."""
+    B = min(cfg.batch_size, n)
+    if epochs is not None:
+        perms = [torch.randperm(n, generator=gen) for _ in range(epochs)]
+        return [p[i:i + B] for p in perms for i in range(0, n, B)]
+    seq = torch.cat([torch.randperm(n, generator=gen) for _ in range(math.ceil(steps * B / n))])
+    return [seq[i * B:(i + 1) * B] for i in range(steps)]
+
+
+def _autocast(cfg: Config, device):
+    if cfg.amp:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None,
+                 anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge"):
+    """Train the resident model on samples `idx`; returns (summed loss tensor, number of steps).
+
+    Per step the flat gradient gets the local objective's terms (paper, Eq. of stage 2):
+    anchor_coeff * (x - anchor) (FedProx mu / FedDyn alpha), a constant `correction`
+    (SCAFFOLD c - c_i, FedDyn -h_i) and the value penalty on the `v` slice.
+    """
+    cfg, flat, model = s.cfg, s.flat, s.model
+    model.train()
+    loss_sum = torch.zeros((), device=s.device)
+    vs = flat.group_slice("v")
+    batches = _batches(len(idx), cfg, gen, epochs, steps)
+    for b in batches:
+        b = idx[b.to(idx.device)]
+        flat.zero_grad()
+        with _autocast(cfg, s.device):
+            loss = F.cross_entropy(model(s.x[b]), s.y[b])
+        loss.backward()
+        g = flat.grad
+        if anchor_coeff:
+            g.add_(flat.data, alpha=anchor_coeff).sub_(anchor, alpha=anchor_coeff)
+        if correction is not None:
+            g.add_(correction)
+        if value_l2:
+            g[vs].add_(flat.data[vs], alpha=value_l2)
+            if value_mode == "prox":
+                g[vs].sub_(anchor[vs], alpha=value_l2)
+        if cfg.grad_clip:
+            g.mul_((cfg.grad_clip / (g.norm() + 1e-6)).clamp(max=1.0))
+        opt.step()
+        loss_sum += loss.detach()
+    return loss_sum, len(batches)
+
+
+@torch.no_grad()
+def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, amp: bool = False):
+    """(mean loss, accuracy, per-sample correctness) of `model` on (x, y)."""
+    model.eval()
+    if len(y) == 0:
+        return float("nan"), float("nan"), torch.zeros(0, dtype=torch.bool)
+    losses, correct = [], []
+    for i in range(0, len(y), batch_size):
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=amp):
+            out = model(x[i:i + batch_size]).float()
+        losses.append(F.cross_entropy(out, y[i:i + batch_size], reduction="sum"))
+        correct.append(out.argmax(1) == y[i:i + batch_size])
+    correct = torch.cat(correct)
+    return (torch.stack(losses).sum() / len(y)).item(), correct.float().mean().item(), correct
+
+
+def _pretrain_on_public(s: Setup) -> None:
+    """Server warm start: `server_pretrain_epochs` of centralised training on the public split."""
+    cfg = s.cfg
+    opt = _make_optimizer(cfg, [p for p in s.model.parameters()])
+    gen = torch.Generator().manual_seed(_seed(cfg.seed, 103))
+    _local_train(s, opt, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
+
+
+# --- the loop -----------------------------------------------------------------------------
+
+def _lr_at(cfg: Config, r: int) -> float:
+    if cfg.lr_schedule == "cosine":
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * r / cfg.rounds))
+    return cfg.lr
+
+
+def _sample_clients(cfg: Config, r: int) -> list[int]:
+    m = cfg.clients_per_round or cfg.n_clients
+    if m >= cfg.n_clients:
+        return list(range(cfg.n_clients))
+    rng = np.random.default_rng(_seed(cfg.seed, r, 104))
+    return sorted(int(i) for i in rng.choice(cfg.n_clients, size=m, replace=False))
+
+
+def _kernel_change(new, old) -> float | None:
+    if not new:
+        return None
+    ratios = [((a - b).flatten(1).norm(dim=1) / (b.flatten(1).norm(dim=1) + _EPS)) for a, b in zip(new, old)]
+    return torch.cat(ratios).mean().item()
+
+
+def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
+        train=None, test=None) -> History:
+    """Train `cfg` federatedly and return its History.
+
+    callbacks: functions `cb(round, row, history)` called after every round; one returning
+    True stops the run (after a checkpoint when `checkpoint_dir` is set). resume_from: a
+    checkpoint written by an earlier run of the same config. train/test: Splits to use
+    instead of loading `cfg.dataset` (for user data; see fedfrozen.data.from_tensors).
+    """
+    if not isinstance(cfg, Config):
+        raise TypeError(f"run expects a fedfrozen.Config; got {type(cfg).__name__}")
+    cfg.validate()
+    method = algorithms.resolve(cfg)
+    s = prepare(cfg, train, test)
+    flat, model, device = s.flat, s.model, s.device
+    if cfg.init == "public":
+        _pretrain_on_public(s)
+
+    x_global = flat.data.clone()
+    delta = torch.empty_like(x_global)
+    delta_sum = torch.empty_like(x_global)
+    server = algorithms.ServerOptimizer(method, cfg, flat.numel, device)
+    local = algorithms.LocalState(method, cfg, flat.numel, device)
+    hist = History(config=cfg.to_dict(), env=environment(str(device)))
+    received_frozen: set[int] = set()
+    prev_kernels = qkv.attention_kernels(model)
+    start = 0
+    if resume_from is not None:
+        start = _load_checkpoint(resume_from, cfg, x_global, server, local, hist, received_frozen)
+        flat.data.copy_(x_global)
+        prev_kernels = qkv.attention_kernels(model)
+    groups = qkv.GROUPS
+    anchor_coeff = local.anchor_coeff()
+    comm_factor = 2 if method.control_variates else 1
+
+    def configure(frozen):
+        """Freeze `frozen`, rebuild the optimiser over the trainable parameters."""
+        qkv.unfreeze(model, *groups)
+        if frozen:
+            qkv.freeze(model, *frozen)
+        trainable = [g for g in groups if g not in frozen]
+        opt = _make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        return opt, flat.mask(trainable), flat.group_bytes(trainable), flat.group_bytes(frozen)
+
+    current = method.frozen_at(start - 1) if start > 0 else ()
+    opt, mask, trainable_bytes, frozen_bytes = configure(current)
+
+    bar = _progress(range(start, cfg.rounds), progress)
+    for r in bar:
+        t0 = time.perf_counter()
+        frozen = method.frozen_at(r)
+        if frozen != current:  # stage switch: fresh optimiser, method state and frozen-block delivery
+            opt, mask, trainable_bytes, frozen_bytes = configure(frozen)
+            server.reset()
+            local.reset()
+            received_frozen.clear()
+            current = frozen
+        stage = 2 if method.freeze_at is not None and r >= method.freeze_at else 1
+        value_l2 = cfg.value_l2 if (stage == 2 or cfg.value_l2_warmup) else 0.0
+        lr = _lr_at(cfg, r)
+        for group in opt.param_groups:
+            group["lr"] = lr
+
+        sampled = _sample_clients(cfg, r)
+        weights = s.client_sizes[sampled] / s.client_sizes[sampled].sum()
+        delta_sum.zero_()
+        client_sq = {g: torch.zeros((), device=device) for g in groups}
+        local.begin_round()
+        train_loss = 0.0
+        bytes_down = bytes_up = 0
+        for cid, p in zip(sampled, weights):
+            flat.data.copy_(x_global)
+            opt.state.clear()  # a fresh local optimiser state per client per round
+            seed = _seed(cfg.seed, r, cid, 105)
+            torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
+            gen = torch.Generator().manual_seed(seed)
+            loss_sum, steps = _local_train(
+                s, opt, s.client_train[cid], gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
+                anchor=x_global, anchor_coeff=anchor_coeff, correction=local.correction(cid),
+                value_l2=value_l2, value_mode=cfg.value_l2_mode)
+            client_loss = (loss_sum / steps).item()
+            if not math.isfinite(client_loss):
+                hist.diverged = {"round": r, "client": cid}
+                warnings.warn(f"run diverged: non-finite loss at round {r}, client {cid}; stopping",
+                              RuntimeWarning, stacklevel=2)
+                break
+            train_loss += p * client_loss
+            torch.sub(flat.data, x_global, out=delta)
+            delta_sum.add_(delta, alpha=float(p))
+            for g, sq in flat.group_sq_norms(delta).items():
+                client_sq[g] += p * sq
+            local.after_client(cid, delta, steps, lr, mask)
+            bytes_down += comm_factor * trainable_bytes
+            bytes_up += comm_factor * trainable_bytes
+            if frozen and cid not in received_frozen:  # the frozen block is sent once per client
+                bytes_down += frozen_bytes
+                received_frozen.add(cid)
+        if hist.diverged:
+            break
+
+        server.step(x_global, delta_sum, mask, len(sampled))
+        local.end_round(len(sampled), cfg.n_clients, mask)
+        flat.data.copy_(x_global)
+
+        row = {"round": r, "stage": stage, "lr": lr, "train_loss": train_loss}
+        mean_sq = flat.group_sq_norms(delta_sum)
+        for g in groups:
+            trained = g not in frozen
+            norm2 = mean_sq[g].item()
+            row[f"drift_{g}"] = max(client_sq[g].item() - norm2, 0.0) / (norm2 + _EPS) if trained else None
+            row[f"update_norm_{g}"] = math.sqrt(norm2) if trained else None
+        kernels = qkv.attention_kernels(model)
+        row["kernel_change"] = _kernel_change(kernels, prev_kernels)
+        prev_kernels = kernels
+        row.update(_evaluate_round(s, r))
+        row["bytes_down"], row["bytes_up"] = bytes_down, bytes_up
+        row["seconds"] = time.perf_counter() - t0
+        hist.append(row)
+        _show(bar, row)
+
+        stop = any(cb(r, hist.rows[-1], hist) for cb in callbacks)
+        if cfg.checkpoint_dir and (stop or (cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0)):
+            save_checkpoint(checkpoint_path(cfg), cfg, r + 1, x_global, server, local, hist, received_frozen)
+        if stop:
+            break
+    return hist
+
+
+def _evaluate_round(s: Setup, r: int) -> dict:
+    cfg = s.cfg
+    keys = ("test_loss", "test_acc", "val_loss", "val_acc", "client_acc_mean", "client_acc_worst10",
+            "client_acc_std")
+    if (r + 1) % cfg.eval_every and r != cfg.rounds - 1:
+        return dict.fromkeys(keys)
+    out = {}
+    out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)
+    if len(s.val_idx):
+        out["val_loss"], out["val_acc"], _ = evaluate(s.model, s.x[s.val_idx], s.y[s.val_idx], amp=cfg.amp)
+    else:
+        out["val_loss"] = out["val_acc"] = None
+    if len(s.client_eval_all):
+        _, _, correct = evaluate(s.model, s.x[s.client_eval_all], s.y[s.client_eval_all], amp=cfg.amp)
+        n = len(s.client_eval)
+        hits = torch.bincount(s.client_eval_owner, weights=correct.float(), minlength=n)
+        sizes = torch.bincount(s.client_eval_owner, minlength=n).float()
+        acc = (hits[sizes > 0] / sizes[sizes > 0]).cpu().numpy()
+        worst = np.sort(acc)[:max(1, int(math.ceil(0.1 * acc.size)))]
+        out.update(client_acc_mean=float(acc.mean()), client_acc_worst10=float(worst.mean()),
+                   client_acc_std=float(acc.std()))
+    else:
+        out.update(client_acc_mean=None, client_acc_worst10=None, client_acc_std=None)
+    return out
+
+
+# --- progress -----------------------------------------------------------------------------
+
+def _progress(rounds, enabled: bool):
+    if not enabled:
+        return rounds
+    from tqdm.auto import tqdm
+
+    return tqdm(rounds, desc="rounds", leave=False)
+
+
+def _show(bar, row: dict) -> None:
+    if hasattr(bar, "set_postfix"):
+        acc = row.get("test_acc")
+        bar.set_postfix(stage=row["stage"], loss=f"{row['train_loss']:.3f}",
+                        acc="-" if acc is None else f"{acc:.3f}")
+
+
+# --- checkpoints --------------------------------------------------------------------------
+
+_RUN_ONLY = ("checkpoint_every", "checkpoint_dir")
+
+
+def checkpoint_path(cfg: Config) -> str:
+    import os
+
+    return os.path.join(cfg.checkpoint_dir, "checkpoint.pt")
+
+
+def save_checkpoint(path, cfg, next_round, x_global, server, local, hist, received_frozen) -> None:
+    """Everything the loop needs to continue at `next_round` (atomic write).
+
+    No RNG state is stored: every random choice after setup is drawn from a generator seeded
+    by (seed, round, client), so the rounds after a resume draw what they would have drawn.
+    """
+    cfg_d = {k: v for k, v in cfg.to_dict().items() if k not in _RUN_ONLY}
+    atomic_save({"round": next_round, "x": x_global.cpu(), "server": server.state_dict(),
+                 "local": local.state_dict(), "rows": hist.rows, "diverged": hist.diverged,
+                 "received_frozen": sorted(received_frozen), "config": cfg_d}, path)
+
+
+def _load_checkpoint(path, cfg, x_global, server, local, hist, received_frozen) -> int:
+    state = torch.load(path, map_location=x_global.device, weights_only=True)
+    cfg_d = {k: v for k, v in cfg.to_dict().items() if k not in _RUN_ONLY}
+    if state["config"] != cfg_d:
+        diff = sorted(k for k in cfg_d if state["config"].get(k) != cfg_d[k])
+        raise ValueError(f"checkpoint {path} was written by a different config (fields {diff})")
+    x_global.copy_(state["x"])
+    server.load_state_dict(state["server"])
+    local.load_state_dict(state["local"])
+    hist.rows = list(state["rows"])
+    hist.diverged = state["diverged"]
+    received_frozen.update(state["received_frozen"])
+    return int(state["round"])

@@ -1,0 +1,115 @@
+"""Run-or-load cache, provenance and atomic writes.
+
+`run_or_load(cfg)` keys a run by the hash of its resolved config and the package version and
+stores it under `results/<experiment>/<key>/` (config.json, history.json, env.json), so a
+notebook re-run loads instead of training. Every file is written to a temporary name and
+renamed, and a run directory appears only once complete: nothing half-written on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["run_or_load", "config_key", "environment", "atomic_write_text", "atomic_save"]
+
+
+def atomic_write_text(path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_save(obj, path) -> None:
+    """torch.save through a temporary file and a rename."""
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _git_commit() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: str | None = None) -> dict:
+    """Versions and machine facts stored with every result."""
+    import numpy
+    import timm
+    import torch
+
+    from . import __version__
+
+    return {"fedfrozen": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "timm": timm.__version__, "numpy": numpy.__version__, "platform": platform.platform(),
+            "device": device or ("cuda" if torch.cuda.is_available() else "cpu"),
+            "git_commit": _git_commit()}
+
+
+def config_key(cfg) -> str:
+    """Hash of the resolved config and the package version (12 hex digits)."""
+    from . import __version__
+
+    payload = json.dumps({"config": cfg.to_dict(), "version": __version__}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def run_or_load(cfg, root: str = "results", experiment: str = "default", force: bool = False,
+                progress: bool = True):
+    """The History of `cfg`: loaded from `root/experiment/<key>/` if there, else trained and stored.
+
+    `force=True` trains again and replaces the stored result. The returned History has
+    `.cached` True when it was loaded.
+    """
+    from .history import History
+    from .loop import run
+
+    folder = Path(root) / experiment / config_key(cfg)
+    hist_file = folder / "history.json"
+    if hist_file.exists() and not force:
+        hist = History.load(hist_file)
+        hist.cached = True
+        return hist
+    hist = run(cfg, progress=progress)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+        (tmp / "env.json").write_text(json.dumps(hist.env, indent=1, sort_keys=True))
+        hist.save(tmp / "history.json")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return hist

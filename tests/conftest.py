@@ -1,0 +1,19 @@
+import pytest
+
+import fedfrozen as ff
+
+TINY = dict(embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
+
+
+@pytest.fixture(scope="session")
+def digits():
+    return ff.data.load("digits")
+
+
+def tiny_config(**kw):
+    """A seconds-long run on digits: a 2-block 16-wide ViT, 4 clients, 2 local steps."""
+    base = dict(dataset="digits", model="vit_digits", model_kwargs=TINY, n_clients=4, rounds=3,
+                local_steps=2, batch_size=16, partition="dirichlet", alpha=0.5, warmup_rounds=1,
+                eval_every=1, seed=0, device="cpu")
+    base.update(kw)
+    return ff.Config(**base)

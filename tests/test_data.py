@@ -1,0 +1,116 @@
+import gzip  # noqa: F401
+import os
+import pickle
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+import fedfrozen as ff
+
+
+def test_digits_split_is_fixed_stratified_and_normalised(digits):
+    train, test = digits
+    assert len(train) + len(test) == 1797
+    assert train.x.shape[1:] == (1, 8, 8) and train.x.dtype == torch.float32
+    assert train.y.dtype == torch.int64 and train.classes == [str(c) for c in range(10)]
+    assert abs(train.x.mean().item()) < 1e-4 and abs(train.x.std().item() - 1) < 1e-3
+    # stratified: every class's share in test within one sample of its share overall
+    full = torch.cat([train.y, test.y])
+    for c in range(10):
+        expected = (full == c).sum().item() * len(test) / 1797
+        assert abs((test.y == c).sum().item() - expected) <= 1
+    again, _ = ff.data.load("digits")
+    assert torch.equal(again.x, train.x) and torch.equal(again.y, train.y)
+
+
+def test_unknown_dataset_lists_names():
+    with pytest.raises(ValueError, match="available: digits, cifar10"):
+        ff.data.load("mnist3d")
+
+
+def test_missing_files_say_how_to_download(tmp_path):
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        ff.data.load("cifar10", root=str(tmp_path))
+
+
+def _write_cifar10(root, n=20):
+    rng = np.random.default_rng(0)
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    batches = {}
+    for name in ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"]:
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=n).tolist()
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": data, "labels": labels}, f)
+        batches[name] = (data, labels)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"c{i}" for i in range(10)]}, f)
+    return batches
+
+
+def test_cifar10_reads_torchvision_pickles(tmp_path):
+    batches = _write_cifar10(tmp_path)
+    train, test = ff.data.load("cifar10", root=str(tmp_path))
+    assert train.x.shape == (100, 3, 32, 32) and test.x.shape == (20, 3, 32, 32)
+    assert train.classes == [f"c{i}" for i in range(10)]
+    data, labels = batches["test_batch"]
+    assert test.y.tolist() == labels
+    # pixel (0, channel 1, row 0, col 0) de-normalised back to its byte
+    mean, std = 0.4822, 0.2435
+    assert round((test.x[0, 1, 0, 0].item() * std + mean) * 255) == data[0, 1024]
+
+
+def test_cifar100_reads_torchvision_pickles(tmp_path):
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    for name, n in [("train", 30), ("test", 10)]:
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                         "fine_labels": rng.integers(0, 100, n).tolist()}, f)
+    with open(folder / "meta", "wb") as f:
+        pickle.dump({"fine_label_names": [f"k{i}" for i in range(100)]}, f)
+    train, test = ff.data.load("cifar100", root=str(tmp_path))
+    assert len(train) == 30 and len(test) == 10 and train.num_classes == 100
+
+
+def test_svhn_reads_mat_files(tmp_path):
+    from scipy.io import savemat
+
+    rng = np.random.default_rng(2)
+    for split, n in [("train", 12), ("test", 6)]:
+        savemat(tmp_path / f"{split}_32x32.mat",
+                {"X": rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8),
+                 "y": rng.integers(1, 11, (n, 1)).astype(np.uint8)})
+    train, test = ff.data.load("svhn", root=str(tmp_path))
+    assert train.x.shape == (12, 3, 32, 32) and len(test) == 6
+    assert train.y.min() >= 0 and train.y.max() <= 9  # torchvision maps label 10 to 0
+
+
+def _idx(path, arr, magic):
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in arr.shape))
+        f.write(arr.tobytes())
+
+
+def test_fashion_mnist_reads_idx_files(tmp_path):
+    rng = np.random.default_rng(3)
+    raw = tmp_path / "FashionMNIST" / "raw"
+    os.makedirs(raw)
+    for prefix, n in [("train", 15), ("t10k", 5)]:
+        _idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), 2051)
+        _idx(raw / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n).astype(np.uint8), 2049)
+    train, test = ff.data.load("fashion_mnist", root=str(tmp_path))
+    assert train.x.shape == (15, 1, 28, 28) and len(test) == 5
+
+
+def test_from_tensors_checks_shapes():
+    s = ff.data.from_tensors(torch.zeros(4, 1, 8, 8), torch.tensor([0, 1, 2, 1]))
+    assert s.num_classes == 3 and s.y.dtype == torch.int64
+    with pytest.raises(ValueError, match="x must have shape"):
+        ff.data.from_tensors(torch.zeros(4, 8, 8), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="integer"):
+        ff.data.from_tensors(torch.zeros(4, 1, 8, 8), torch.zeros(4))

@@ -1,0 +1,197 @@
+import copy
+
+import pytest
+import timm
+import torch
+from torch import nn
+
+import fedfrozen as ff
+from fedfrozen.qkv import SplitMultiheadAttention, SplitQKV
+
+
+class Encoder(nn.Module):
+    """nn.TransformerEncoder over tokens, with a head; batch_first either way."""
+
+    def __init__(self, batch_first=True):
+        super().__init__()
+        self.batch_first = batch_first
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=batch_first)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):  # x: (B, T, 16)
+        if not self.batch_first:
+            return self.head(self.encoder(x.transpose(0, 1)).mean(0))
+        return self.head(self.encoder(x).mean(1))
+
+
+def _models():
+    """(name, constructor, input) for every architecture the splitter supports."""
+    img32 = torch.randn(2, 3, 32, 32)
+    return [
+        ("vit_tiny", lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=5), img32),
+        ("deit_tiny", lambda: timm.create_model("deit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=5), img32),
+        ("vit_no_qkv_bias", lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4,
+                                                      qkv_bias=False, num_classes=5), img32),
+        ("vit_qk_norm", lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4,
+                                                  qk_norm=True, num_classes=5), img32),
+        ("swin", lambda: timm.create_model("swin_tiny_patch4_window7_224", img_size=32, patch_size=2, window_size=4,
+                                           embed_dim=24, depths=(1, 1), num_heads=(2, 2), num_classes=5), img32),
+        ("eva_fused", lambda: timm.create_model("eva02_tiny_patch14_224", img_size=28, num_classes=5),
+         torch.randn(2, 3, 28, 28)),
+        ("eva_separate", lambda: timm.create_model("eva02_tiny_patch14_224", img_size=28, qkv_fused=False,
+                                                   num_classes=5), torch.randn(2, 3, 28, 28)),
+        ("encoder_batch_first", lambda: Encoder(True), torch.randn(2, 7, 16)),
+        ("encoder_seq_first", lambda: Encoder(False), torch.randn(2, 7, 16)),
+        ("vit_digits", lambda: ff.models.create("vit_digits", 10), torch.randn(2, 1, 8, 8)),
+        ("vit_cifar", lambda: ff.models.create("vit_cifar", 10), img32),
+        ("linear_vit", lambda: ff.models.create("linear_vit", 10), torch.randn(2, 1, 8, 8)),
+    ]
+
+
+MODELS = _models()
+IDS = [m[0] for m in MODELS]
+
+
+def _perturb(model):
+    """Non-zero biases/norm scales so the equivalence checks cover every parameter."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=g))
+
+
+@pytest.mark.parametrize("name, make, x", MODELS, ids=IDS)
+def test_split_keeps_outputs_and_gradients(name, make, x):
+    torch.manual_seed(0)
+    model = make()
+    _perturb(model)
+    model.eval()
+    fused = copy.deepcopy(model)
+    with torch.no_grad():
+        before = fused(x)
+    ff.qkv.split_qkv(model)
+    with torch.no_grad():
+        after = model(x)
+    assert (before - after).abs().max().item() <= 1e-5
+
+    # gradients of the split q, k, v equal the row blocks of the fused projection's gradient
+    fused(x).pow(2).sum().backward()
+    model(x).pow(2).sum().backward()
+    fused_mods = dict(fused.named_modules())
+    checked = 0
+    for mname, m in model.named_modules():
+        if isinstance(m, SplitQKV) and isinstance(fused_mods[mname], nn.Linear):
+            g = fused_mods[mname].weight.grad
+            d = g.shape[0] // 3
+            for i, part in enumerate((m.q, m.k, m.v)):
+                assert torch.allclose(part.weight.grad, g[i * d:(i + 1) * d], atol=1e-5, rtol=1e-4)
+            checked += 1
+        elif isinstance(m, SplitMultiheadAttention):
+            g = fused_mods[mname].in_proj_weight.grad
+            d = g.shape[0] // 3
+            for i, part in enumerate((m.q, m.k, m.v)):
+                assert torch.allclose(part.weight.grad, g[i * d:(i + 1) * d], atol=1e-5, rtol=1e-4)
+            checked += 1
+    if name != "eva_separate":
+        assert checked > 0
+
+
+@pytest.mark.parametrize("name, make, x", MODELS, ids=IDS)
+def test_groups_partition_every_parameter(name, make, x):
+    model = ff.qkv.split_qkv(make())
+    groups = ff.qkv.param_groups(model)
+    names = [n for names in groups.values() for n in names]
+    assert sorted(names) == sorted(n for n, _ in model.named_parameters())  # union, no overlap
+    assert len(groups["qk"]) > 0 and len(groups["v"]) > 0
+    sizes = ff.qkv.group_sizes(model)
+    assert sum(s["params"] for s in sizes.values()) == sum(p.numel() for p in model.parameters())
+    assert sum(s["bytes"] for s in sizes.values()) == 4 * sum(p.numel() for p in model.parameters())
+    # a second split changes nothing
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    ff.qkv.split_qkv(model)
+    assert list(model.state_dict()) == list(state)
+
+
+@pytest.mark.parametrize("name, make, x", [m for m in MODELS if m[0] not in ("eva_separate",)],
+                         ids=[i for i in IDS if i != "eva_separate"])
+def test_merge_round_trip_loads_strictly_into_stock_model(name, make, x):
+    torch.manual_seed(0)
+    model = make()
+    _perturb(model)
+    model.eval()
+    with torch.no_grad():
+        expected = model(x)
+    ff.qkv.merge_qkv(ff.qkv.split_qkv(model))
+    torch.manual_seed(1)
+    stock = make()
+    stock.load_state_dict(model.state_dict(), strict=True)
+    stock.eval()
+    with torch.no_grad():
+        assert (stock(x) - expected).abs().max().item() <= 1e-5
+
+
+def test_frozen_qk_bit_identical_after_adamw_with_weight_decay():
+    torch.manual_seed(0)
+    model = ff.qkv.split_qkv(ff.models.create("vit_digits", 10))
+    ff.qkv.freeze(model, "qk")
+    groups = ff.qkv.param_groups(model)
+    params = dict(model.named_parameters())
+    before = {n: params[n].detach().clone() for n in groups["qk"] + groups["v"]}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.1)
+    x, y = torch.randn(16, 1, 8, 8), torch.randint(0, 10, (16,))
+    for _ in range(10):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert all(torch.equal(params[n], before[n]) for n in groups["qk"])
+    assert all(not torch.equal(params[n], before[n]) for n in groups["v"])
+    assert set(ff.qkv.trainable_state(model)) == {n for n in params if n not in groups["qk"]}
+    ff.qkv.unfreeze(model, "qk")
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_trainable_state_round_trip():
+    a = ff.qkv.split_qkv(ff.models.create("vit_digits", 10))
+    torch.manual_seed(3)
+    b = ff.qkv.split_qkv(ff.models.create("vit_digits", 10))
+    ff.qkv.freeze(a, "qk", "embed")
+    ff.qkv.load_trainable(b, ff.qkv.trainable_state(a))
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    groups = ff.qkv.param_groups(a)
+    assert all(torch.equal(pa[n], pb[n]) for n in groups["v"] + groups["mlp"])
+    assert not torch.equal(pa[groups["qk"][0]], pb[groups["qk"][0]])
+    with pytest.raises(KeyError, match="no parameters"):
+        ff.qkv.load_trainable(b, {"nope.weight": torch.zeros(1)})
+
+
+def test_errors():
+    with pytest.raises(TypeError, match="Sequential has no attention"):
+        ff.qkv.split_qkv(nn.Sequential(nn.Linear(3, 3)))
+    model = ff.qkv.split_qkv(ff.models.create("vit_digits", 10))
+    with pytest.raises(ValueError, match="unknown parameter group.*qk, v, attn_out"):
+        ff.qkv.freeze(model, "keys")
+    with pytest.raises(ValueError, match="split_qkv"):
+        ff.qkv.param_groups(ff.models.create("vit_digits", 10))  # not split yet
+    with pytest.raises(ValueError, match="unknown model 'resnet_fantasy'"):
+        ff.models.create("resnet_fantasy", 10)
+
+
+def test_kernels_follow_the_definition():
+    model = ff.qkv.split_qkv(ff.models.create("vit_digits", 10))
+    k = ff.qkv.attention_kernels(model)
+    assert len(k) == 3 and k[0].shape == (4, 48, 48)
+    attn = model.blocks[0].attn.qkv
+    wq, wk = attn.q.weight[12:24], attn.k.weight[12:24]  # head 1
+    assert torch.allclose(k[0][1], wq.T @ wk)
+
+
+def test_project_model_sizes():
+    train, _ = ff.data.load("digits")
+    m = ff.models.create("vit_digits", 10)
+    n = sum(p.numel() for p in m.parameters())
+    assert 20_000 < n < 200_000
+    assert m(train.x[:4]).shape == (4, 10)
+    c = ff.models.create("vit_cifar", 100)
+    assert c(torch.randn(2, 3, 32, 32)).shape == (2, 100)
+    assert c.embed_dim == 192 and 6 <= len(c.blocks) <= 9
