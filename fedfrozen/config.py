@@ -38,9 +38,9 @@ class Config:
     rounds: int = 60                   # communication rounds T
     local_epochs: int | None = None    # epochs per round (default 1 when local_steps is None)
     local_steps: int | None = None     # or: a fixed number of local steps K per round
-    batch_size: int = 32
+    batch_size: int = 16
     optimizer: str = "adamw"           # sgd | adamw (fresh state per client per round)
-    lr: float = 3e-3                   # local learning rate eta
+    lr: float = 1e-2                   # local learning rate eta (AdamW; see README for the pilot)
     momentum: float = 0.9              # SGD momentum
     weight_decay: float = 0.01         # decoupled for AdamW, L2 for SGD
     lr_schedule: str = "constant"      # constant | cosine (over rounds)

@@ -353,7 +353,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
         hist.append(row)
         _show(bar, row)
 
-        stop = any(cb(r, hist.rows[-1], hist) for cb in callbacks)
+        stop = any([cb(r, hist.rows[-1], hist) is True for cb in callbacks])  # call every callback
         if cfg.checkpoint_dir and (stop or (cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0)):
             save_checkpoint(checkpoint_path(cfg), cfg, r + 1, x_global, server, local, hist, received_frozen)
         if stop:

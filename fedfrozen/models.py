@@ -17,11 +17,11 @@ __all__ = ["create", "LinearAttention", "PROJECT_MODELS"]
 # name -> VisionTransformer keyword arguments (sizes checked in tests/test_models.py)
 PROJECT_MODELS = {
     "vit_digits": dict(img_size=8, patch_size=2, in_chans=1, embed_dim=48, depth=3, num_heads=4,
-                       mlp_ratio=2.0, qkv_bias=True),
+                       mlp_ratio=2.0, qkv_bias=True, global_pool="avg"),
     "vit_cifar": dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=7, num_heads=3,
                       mlp_ratio=2.0, qkv_bias=True),
     "linear_vit": dict(img_size=8, patch_size=2, in_chans=1, embed_dim=48, depth=3, num_heads=4,
-                       mlp_ratio=2.0, qkv_bias=True),
+                       mlp_ratio=2.0, qkv_bias=True, global_pool="avg"),
 }
 
 

@@ -17,3 +17,19 @@ def tiny_config(**kw):
                 eval_every=1, seed=0, device="cpu")
     base.update(kw)
     return ff.Config(**base)
+
+
+@pytest.fixture
+def setups(monkeypatch):
+    """Every Setup (resident model, flat parameters, client data) built by runs in this test."""
+    from fedfrozen import loop
+
+    built = []
+    original = loop.prepare
+
+    def spy(cfg, train=None, test=None):
+        built.append(original(cfg, train, test))
+        return built[-1]
+
+    monkeypatch.setattr(loop, "prepare", spy)
+    return built

@@ -1,0 +1,122 @@
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import fedfrozen as ff
+from fedfrozen import algorithms as A
+from conftest import tiny_config
+
+
+def test_fedprox_with_zero_mu_is_fedavg():
+    assert ff.run(tiny_config(method="fedprox", prox_mu=0.0), progress=False).same_as(
+        ff.run(tiny_config(method="fedavg"), progress=False))
+    assert not ff.run(tiny_config(method="fedprox", prox_mu=1.0), progress=False).same_as(
+        ff.run(tiny_config(method="fedavg"), progress=False))
+
+
+def test_fedavgm_with_zero_momentum_and_unit_lr_is_fedavg():
+    a = ff.run(tiny_config(method="fedavgm", server_momentum=0.0, server_lr=1.0), progress=False)
+    assert a.same_as(ff.run(tiny_config(method="fedavg"), progress=False))
+
+
+def _server(kind, lr=0.1, numel=1):
+    cfg = SimpleNamespace(server_lr=lr, n_clients=10, server_momentum=0.9, server_beta1=0.9, server_beta2=0.99,
+                          server_tau=1e-3, feddyn_alpha=0.1)
+    method = A.Method("plain", kind, "none", (), None)
+    return A.ServerOptimizer(method, cfg, numel, "cpu")
+
+
+@pytest.mark.parametrize("kind", ["adam", "yogi", "adagrad"])
+def test_fedopt_server_steps_match_hand_computation(kind):
+    opt = _server(kind)
+    x, mask = torch.tensor([1.0]), torch.ones(1)
+    opt.step(x, torch.tensor([0.5]), mask, 5)
+    opt.step(x, torch.tensor([-0.2]), mask, 5)
+    # by hand (Reddi et al. 2021, Alg. 2; m and v start at 0; beta1 .9, beta2 .99, tau 1e-3, eta .1)
+    m1 = 0.1 * 0.5
+    m2 = 0.9 * m1 + 0.1 * -0.2
+    v1 = {"adam": 0.01 * 0.25, "yogi": 0.01 * 0.25, "adagrad": 0.25}[kind]
+    v2 = {"adam": 0.99 * v1 + 0.01 * 0.04,
+          "yogi": v1 + 0.01 * 0.04,  # v1 - (1-b2) d^2 sign(v1 - d^2), with v1 < d^2
+          "adagrad": v1 + 0.04}[kind]
+    expected = 1.0 + 0.1 * m1 / (math.sqrt(v1) + 1e-3) + 0.1 * m2 / (math.sqrt(v2) + 1e-3)
+    assert x.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_server_optimiser_touches_only_masked_entries():
+    opt = _server("adam", numel=2)
+    x = torch.tensor([1.0, 2.0])
+    opt.step(x, torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]), 5)
+    opt.step(x, torch.tensor([0.5, 0.0]), torch.tensor([1.0, 0.0]), 5)
+    assert x[1].item() == 2.0 and x[0].item() != 1.0
+
+
+def test_scaffold_control_variates_start_at_zero_and_use_s_over_n():
+    cfg = SimpleNamespace(prox_mu=0.0, feddyn_alpha=0.1)
+    method = A.Method("scaffold", "avg", "none", (), None)
+    st = A.LocalState(method, cfg, 3, "cpu")
+    assert torch.equal(st.c, torch.zeros(3)) and torch.equal(st.correction(7), torch.zeros(3))
+    mask = torch.ones(3)
+    st.begin_round()
+    d1, d2 = torch.tensor([1.0, 0.0, -1.0]), torch.tensor([0.0, 2.0, 0.0])
+    st.after_client(0, d1, steps=2, lr=0.5, mask=mask)
+    st.after_client(1, d2, steps=2, lr=0.5, mask=mask)
+    # c_i+ = c_i - c + (x^r - x_i)/(K eta) = -delta / 1
+    assert torch.equal(st.client[0], -d1) and torch.equal(st.client[1], -d2)
+    st.end_round(n_sampled=2, n_clients=10, mask=mask)
+    expected = (2 / 10) * ((-d1) + (-d2)) / 2  # c += |S|/N * mean(c_i+ - c_i)
+    assert torch.allclose(st.c, expected)
+    assert torch.allclose(st.correction(0), expected - (-d1))
+
+
+def test_scaffold_is_fedavg_when_every_client_holds_the_same_data(setups, monkeypatch):
+    from fedfrozen import loop
+
+    original = loop.Setup.__init__
+
+    def same_data(self, *a, **k):
+        original(self, *a, **k)
+        self.client_train = [self.client_train[0]] * len(self.client_train)
+        self.client_sizes[:] = self.client_sizes[0]
+
+    monkeypatch.setattr(loop.Setup, "__init__", same_data)
+    kw = dict(optimizer="sgd", momentum=0.0, weight_decay=0.0, lr=0.05, batch_size=10_000, local_steps=3, rounds=3)
+    avg = ff.run(tiny_config(method="fedavg", **kw), progress=False).to_frame()
+    sca = ff.run(tiny_config(method="scaffold", **kw), progress=False).to_frame()
+    for col in ["train_loss", "test_loss", "test_acc"]:
+        assert (avg[col] - sca[col]).abs().max() < 1e-5, col
+    assert (sca["bytes_up"] == 2 * avg["bytes_up"]).all() and (sca["bytes_down"] == 2 * avg["bytes_down"]).all()
+
+
+def test_feddyn_and_components_compose():
+    m = A.resolve(tiny_config(method="fedfrozen", server_opt="yogi", local_objective="prox"))
+    assert (m.local, m.server, m.frozen_groups, m.freeze_at) == ("prox", "yogi", ("qk",), 1)
+    m = A.resolve(tiny_config(method="fedavg", freeze_schedule="warmup", freeze=("v",)))
+    assert m.frozen_groups == ("v",) and m.freeze_at == 1
+    assert A.resolve(tiny_config(method="freeze_kernel_at_init")).freeze_at == 0
+    assert "head" not in A.resolve(tiny_config(method="freeze_body")).frozen_groups
+
+
+@pytest.mark.parametrize("method", sorted(A.PRESETS))
+def test_every_preset_runs_and_keeps_its_frozen_groups_bit_identical(method, setups):
+    snaps = []
+
+    def grab(r, row, hist):
+        snaps.append(setups[-1].flat.data.clone())
+
+    hist = ff.run(tiny_config(method=method, rounds=2, warmup_rounds=1), callbacks=[grab], progress=False)
+    assert len(hist) == 2 and hist.diverged is None
+    assert all(math.isfinite(r["train_loss"]) for r in hist.rows)
+    m = A.resolve(tiny_config(method=method, rounds=2, warmup_rounds=1))
+    flat = setups[-1].flat
+    before = snaps[0] if m.freeze_at == 1 else setups[-1].flat.data  # freeze_at 0: compare with round 1
+    for g in m.frozen_at(1):
+        sl = flat.group_slice(g)
+        if m.freeze_at == 0:
+            assert torch.equal(snaps[0][sl], snaps[1][sl]), g
+        else:
+            assert torch.equal(before[sl], snaps[1][sl]), g
+    trained = [g for g in ff.qkv.GROUPS if g not in m.frozen_at(1)]
+    assert any(not torch.equal(snaps[0][flat.group_slice(g)], snaps[1][flat.group_slice(g)]) for g in trained)

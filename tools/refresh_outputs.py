@@ -1,0 +1,33 @@
+"""Re-execute notebooks in place under the cpu profile, so the committed copies carry its outputs.
+
+    python tools/refresh_outputs.py 02 03      # or no argument: all notebooks
+
+Uses nbclient directly (no papermill parameter cell is injected), drops widget state, and
+fails if an output holds an absolute path of this machine.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import nbclient
+import nbformat
+
+root = Path(__file__).resolve().parents[1]
+wanted = set(sys.argv[1:])
+os.environ["FEDFROZEN_PROFILE"] = "cpu"
+for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    if wanted and path.name[:2] not in wanted:
+        continue
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=3600,
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    text = nbformat.writes(nb)
+    for bad in (str(root), os.path.expanduser("~")):
+        if bad in text:
+            raise SystemExit(f"{path.name}: an output contains the absolute path {bad}")
+    path.write_text(text)
+    print(f"refreshed {path.name}")
