@@ -3,10 +3,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import tiny_config
 
 import fedfrozen as ff
 from fedfrozen import algorithms as A
-from conftest import tiny_config
 
 
 def test_fedprox_with_zero_mu_is_fedavg():

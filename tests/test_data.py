@@ -1,4 +1,3 @@
-import gzip  # noqa: F401
 import os
 import pickle
 import struct

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 import fedfrozen as ff
 from fedfrozen import loop
-from conftest import tiny_config
 
 
 def _qk_v_values(model):
