@@ -10,12 +10,14 @@ the ordinary parameters: it updates the views, hence the buffer.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from .qkv import GROUPS, param_groups
 
-__all__ = ["FlatParams"]
+__all__ = ["FlatParams", "FlatOptimizer", "merged_slices"]
 
 
 class FlatParams:
@@ -70,3 +72,76 @@ class FlatParams:
 
     def zero_grad(self) -> None:
         self.grad.zero_()
+
+
+def merged_slices(flat: FlatParams, groups) -> list[slice]:
+    """The entries of `groups` as few contiguous slices (adjacent groups merged)."""
+    ranges = sorted(flat.group_range[g] for g in groups if flat.group_range[g][0] < flat.group_range[g][1])
+    out: list[list[int]] = []
+    for a, b in ranges:
+        if out and out[-1][1] == a:
+            out[-1][1] = b
+        else:
+            out.append([a, b])
+    return [slice(a, b) for a, b in out]
+
+
+class FlatOptimizer:
+    """AdamW or SGD with momentum stepping slices of the flat buffer with a handful of vector ops.
+
+    Same update rules as torch.optim.AdamW / torch.optim.SGD (no dampening, no Nesterov), but
+    the cost of a step no longer grows with the number of parameter tensors: on vit_digits
+    (76 tensors) a step takes a fraction of torch's foreach implementation. `reset()` gives a
+    fresh state (a client's first step) without allocating.
+    """
+
+    def __init__(self, flat: FlatParams, slices, kind: str = "adamw", lr: float = 1e-3, weight_decay: float = 0.0,
+                 momentum: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8):
+        if kind not in ("adamw", "sgd"):
+            raise ValueError(f"optimizer must be 'adamw' or 'sgd'; got {kind!r}")
+        self.flat, self.slices, self.kind = flat, list(slices), kind
+        self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
+        self.betas, self.eps = betas, eps
+        n = sum(s.stop - s.start for s in self.slices)
+        self.m = flat.data.new_zeros(n)
+        self.v = flat.data.new_zeros(n) if kind == "adamw" else None
+        self.t = 0
+
+    def reset(self) -> None:
+        self.m.zero_()
+        if self.v is not None:
+            self.v.zero_()
+        self.t = 0
+
+    def _views(self):
+        offset = 0
+        for s in self.slices:
+            n = s.stop - s.start
+            yield (self.flat.data[s], self.flat.grad[s], self.m[offset:offset + n],
+                   self.v[offset:offset + n] if self.v is not None else None)
+            offset += n
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        lr, wd = self.lr, self.weight_decay
+        if self.kind == "adamw":
+            b1, b2 = self.betas
+            bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+            for p, g, m, v in self._views():
+                if wd:
+                    p.mul_(1 - lr * wd)
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
+                p.addcdiv_(m, denom, value=-lr / bc1)
+        else:
+            for p, g, m, _ in self._views():
+                d = g.add(p, alpha=wd) if wd else g
+                if self.momentum:
+                    if self.t == 1:
+                        m.copy_(d)
+                    else:
+                        m.mul_(self.momentum).add_(d)
+                    d = m
+                p.add_(d, alpha=-lr)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from . import algorithms, data, models, partition, qkv
 from .config import Config
-from .flat import FlatParams
+from .flat import FlatOptimizer, FlatParams, merged_slices
 from .history import History
 from .results import atomic_save, environment
 
@@ -129,10 +129,10 @@ def _load_initial_weights(model, path: str) -> None:
 
 # --- local training -----------------------------------------------------------------------
 
-def _make_optimizer(cfg: Config, params):
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+def _make_optimizer(cfg: Config, flat: FlatParams, groups=qkv.GROUPS) -> FlatOptimizer:
+    """The local optimiser over the given (trainable) groups of the flat buffer."""
+    return FlatOptimizer(flat, merged_slices(flat, groups), cfg.optimizer, lr=cfg.lr,
+                         weight_decay=cfg.weight_decay, momentum=cfg.momentum)
 
 
 def _batches(n: int, cfg: Config, gen: torch.Generator, epochs: int | None, steps: int | None):
@@ -205,7 +205,7 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, am
 def _pretrain_on_public(s: Setup) -> None:
     """Server warm start: `server_pretrain_epochs` of centralised training on the public split."""
     cfg = s.cfg
-    opt = _make_optimizer(cfg, [p for p in s.model.parameters()])
+    opt = _make_optimizer(cfg, s.flat)
     gen = torch.Generator().manual_seed(_seed(cfg.seed, 103))
     _local_train(s, opt, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
 
@@ -274,7 +274,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
         if frozen:
             qkv.freeze(model, *frozen)
         trainable = [g for g in groups if g not in frozen]
-        opt = _make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        opt = _make_optimizer(cfg, flat, trainable)
         return opt, flat.mask(trainable), flat.group_bytes(trainable), flat.group_bytes(frozen)
 
     current = method.frozen_at(start - 1) if start > 0 else ()
@@ -293,8 +293,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
         stage = 2 if method.freeze_at is not None and r >= method.freeze_at else 1
         value_l2 = cfg.value_l2 if (stage == 2 or cfg.value_l2_warmup) else 0.0
         lr = _lr_at(cfg, r)
-        for group in opt.param_groups:
-            group["lr"] = lr
+        opt.lr = lr
 
         sampled = _sample_clients(cfg, r)
         weights = s.client_sizes[sampled] / s.client_sizes[sampled].sum()
@@ -305,7 +304,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
         bytes_down = bytes_up = 0
         for cid, p in zip(sampled, weights):
             flat.data.copy_(x_global)
-            opt.state.clear()  # a fresh local optimiser state per client per round
+            opt.reset()  # a fresh local optimiser state per client per round
             seed = _seed(cfg.seed, r, cid, 105)
             torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
             gen = torch.Generator().manual_seed(seed)

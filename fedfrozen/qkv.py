@@ -75,7 +75,8 @@ class SplitQKV(nn.Module):
         return 3 * self.q.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.q(x), self.k(x), self.v(x)], dim=-1)
+        # one matmul with the concatenated weight: same result as cat([q(x), k(x), v(x)]), fewer kernels
+        return F.linear(x, self.weight, self.bias)
 
 
 class SplitMultiheadAttention(nn.Module):

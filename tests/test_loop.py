@@ -109,7 +109,7 @@ def test_aggregation_weights_by_sample_count():
     deltas = []
     for cid in range(3):
         s.flat.data.copy_(x0)
-        opt = loop._make_optimizer(cfg, list(s.model.parameters()))
+        opt = loop._make_optimizer(cfg, s.flat)
         seed = loop._seed(cfg.seed, 0, cid, 105)
         torch.manual_seed(seed)
         loop._local_train(s, opt, s.client_train[cid], torch.Generator().manual_seed(seed), steps=cfg.local_steps,

@@ -1,0 +1,67 @@
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fedfrozen as ff
+from fedfrozen.flat import FlatOptimizer, FlatParams, merged_slices
+
+
+def _model():
+    torch.manual_seed(0)
+    return ff.qkv.split_qkv(ff.models.create("vit_digits", 10, embed_dim=16, depth=2, num_heads=2))
+
+
+def test_parameters_and_gradients_are_views_of_the_flat_buffers():
+    model = _model()
+    reference = copy.deepcopy(model)
+    flat = FlatParams(model)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    with torch.no_grad():
+        assert torch.equal(model(x), reference(x))  # re-homing changes no value
+    F.cross_entropy(model(x), y).backward()
+    F.cross_entropy(reference(x), y).backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        a, b = flat.param_range[name]
+        assert p.data_ptr() == flat.data[a:b].data_ptr()
+        assert torch.allclose(flat.grad[a:b].view_as(p), q.grad, atol=1e-6)
+    for g, (a, b) in flat.group_range.items():  # groups are contiguous and in order
+        assert all(flat.param_range[n][0] >= a and flat.param_range[n][1] <= b
+                   for n in ff.qkv.param_groups(model)[g])
+
+
+@pytest.mark.parametrize("kind, kw, torch_opt", [
+    ("adamw", dict(lr=1e-2, weight_decay=0.05), lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.05)),
+    ("sgd", dict(lr=0.1, weight_decay=0.01, momentum=0.9),
+     lambda ps: torch.optim.SGD(ps, lr=0.1, weight_decay=0.01, momentum=0.9)),
+])
+def test_flat_optimizer_matches_torch(kind, kw, torch_opt):
+    model = _model()
+    reference = copy.deepcopy(model)
+    flat = FlatParams(model)
+    ff.qkv.freeze(model, "qk")
+    ff.qkv.freeze(reference, "qk")
+    trainable = [g for g in ff.qkv.GROUPS if g != "qk"]
+    opt = FlatOptimizer(flat, merged_slices(flat, trainable), kind, **kw)
+    ref_opt = torch_opt([p for p in reference.parameters() if p.requires_grad])
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    for _ in range(5):
+        flat.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        assert torch.allclose(p, q, atol=1e-5, rtol=1e-4), name
+    qk = flat.group_slice("qk")
+    assert torch.equal(flat.data[qk], torch.cat([p.detach().reshape(-1) for n, p in reference.named_parameters()
+                                                 if n in ff.qkv.param_groups(reference)["qk"]]))
+
+
+def test_merged_slices_join_adjacent_groups():
+    flat = FlatParams(_model())
+    assert merged_slices(flat, ["v", "attn_out"]) == [slice(flat.group_range["v"][0], flat.group_range["attn_out"][1])]
+    assert len(merged_slices(flat, ["qk", "mlp"])) == 2
+    assert merged_slices(flat, [g for g in ff.qkv.GROUPS if g != "qk"]) == [slice(flat.group_range["v"][0], flat.numel)]
