@@ -2,13 +2,18 @@
 
 Model: single-layer linear attention on token matrices X in R^{n x d},
     f(X) = (1/n) r(X)^T W_Q W_K^T X^T X W_V = r^T K M v,   K = W_Q W_K^T,  M = X^T X / n,
-with readout token r(X) (the last token) and a scalar value vector v = W_V in R^d. For a fixed
-kernel K the prediction is linear in v with features z(X; K) = M K^T r, so the value problem
-is ridge regression (closed form `value_optimum`), and the kernel-profile objective is
-    Phi(K) = min_v sum_i p_i L_i(K, v) + (lam/2) ||v||^2,  L_i = mean squared error / 2.
-Clients draw data from their own teachers K_i* = K* + sigma ||K*|| E_i, v_i* = v* + sigma ||v*|| F_i.
+with the readout token r(X) (the last token) and a value vector v = W_V in R^d (scalar output).
+For a fixed kernel K the prediction is linear in v with features z(X; K) = M K^T r, so the value
+problem is ridge regression (`value_optimum`, closed form), and the kernel-profile objective is
+    Phi(K) = min_v sum_i p_i L_i(K, v) + (lam/2) ||v||^2,   L_i = mean of (f - y)^2 / 2.
+Client i draws data from its own teacher K_i* = K* + sigma ||K*|| E_i, v_i* = v* + sigma ||v*|| F_i
+(unit-norm E_i, F_i; then rescaled to the norms of K*, v*, so that sigma changes the direction of a
+client's teacher and not the scale of its labels), optionally with its own input scales, plus
+label noise.
 
-Everything is float64 torch, full batch, seconds on a CPU.
+All clients are held stacked (`Clients`: r (N, m, d), M (N, m, d, d), y (N, m)) and gradients are
+closed-form, so every client's local step is one batched tensor operation: a two-stage run of
+10 clients x 200 samples x 60 rounds x 10 local steps takes well under a second. float64.
 """
 
 from __future__ import annotations
@@ -18,19 +23,37 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["ClientData", "make_clients", "features", "global_loss", "value_optimum", "profile_objective",
-           "profile_gradient", "strong_convexity", "simulate", "centralised", "min_profile", "decompose"]
+__all__ = ["Clients", "make_clients", "features", "global_loss", "value_optimum", "profile_objective",
+           "profile_gradient", "strong_convexity", "init_weights", "simulate", "centralised", "min_profile",
+           "decompose"]
 
 DT = torch.float64
 
 
 @dataclass
-class ClientData:
-    """One client's samples: readouts r (m, d), second moments M (m, d, d), targets y (m,)."""
+class Clients:
+    """Stacked client data: readouts r (N, m, d), second moments M (N, m, d, d), targets y (N, m),
+    and aggregation weights p (N,)."""
 
     r: torch.Tensor
     M: torch.Tensor
     y: torch.Tensor
+    p: torch.Tensor
+
+    @property
+    def n_clients(self) -> int:
+        return self.r.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.r.shape[2]
+
+    def pooled(self) -> "Clients":
+        """All samples as one client (weights p_i folded into the sample weights is not needed:
+        make_clients gives every client the same number of samples and p_i = 1/N)."""
+        N, m, d = self.r.shape
+        return Clients(self.r.reshape(1, N * m, d), self.M.reshape(1, N * m, d, d), self.y.reshape(1, N * m),
+                       torch.ones(1, dtype=DT))
 
 
 def _unit(rng, shape):
@@ -39,184 +62,198 @@ def _unit(rng, shape):
 
 
 def make_clients(n_clients: int = 10, d: int = 8, n_tokens: int = 8, samples: int = 200, sigma: float = 1.0,
-                 noise: float = 0.1, covariance_shift: float = 0.0, seed: int = 0, teacher_seed: int | None = None,
-                 heldout: bool = False):
-    """Clients with client-specific teachers (and optional input-covariance shift).
+                 noise: float = 0.1, input_shift: float = 0.0, seed: int = 0, heldout: bool = False) -> Clients:
+    """Clients with heterogeneous teachers (sigma) and optionally heterogeneous inputs (input_shift).
 
-    Returns (clients, weights p_i). `heldout=True` draws fresh samples from the same clients'
-    distributions (same teachers: pass the same seed), for held-out loss.
+    The teachers depend on `seed` only; `heldout=True` draws fresh samples from the same clients'
+    distributions (for held-out loss). Every client has `samples` samples and p_i = 1/N.
     """
     if sigma < 0:
         raise ValueError(f"sigma must be >= 0; got {sigma}")
-    if n_clients < 1 or samples < 1:
-        raise ValueError("n_clients and samples must be >= 1")
-    trng = np.random.default_rng(seed if teacher_seed is None else teacher_seed)
+    if n_clients < 1 or samples < 1 or d < 1 or n_tokens < 1:
+        raise ValueError("n_clients, samples, d and n_tokens must be >= 1")
+    trng = np.random.default_rng([seed, 0])
     K_star = trng.standard_normal((d, d)) / np.sqrt(d)
     v_star = trng.standard_normal(d)
-    teachers, scales = [], []
+    drng = np.random.default_rng([seed, 2 if heldout else 1])
+    rs, Ms, ys = [], [], []
     for _ in range(n_clients):
         K_i = K_star + sigma * np.linalg.norm(K_star) * _unit(trng, (d, d))
         v_i = v_star + sigma * np.linalg.norm(v_star) * _unit(trng, d)
-        scale = 1.0 + covariance_shift * trng.standard_normal(d)
-        teachers.append((K_i, v_i))
-        scales.append(np.abs(scale) + 0.1 * (covariance_shift > 0))
-    drng = np.random.default_rng([seed, 1 if heldout else 0])
-    clients = []
-    for (K_i, v_i), scale in zip(teachers, scales):
+        # rescaled to the shared teacher's norms: sigma moves the direction, not the scale of y
+        K_i *= np.linalg.norm(K_star) / np.linalg.norm(K_i)
+        v_i *= np.linalg.norm(v_star) / np.linalg.norm(v_i)
+        scale = np.exp(input_shift * trng.standard_normal(d))
         X = drng.standard_normal((samples, n_tokens, d)) * scale
         r = X[:, -1, :]
         M = np.einsum("snd,sne->sde", X, X) / n_tokens
-        y = np.einsum("sd,de,sef,f->s", r, K_i, M, v_i)
-        y = y + noise * drng.standard_normal(samples)
-        clients.append(ClientData(*(torch.as_tensor(a, dtype=DT) for a in (r, M, y))))
-    p = torch.full((n_clients,), 1.0 / n_clients, dtype=DT)
-    return clients, p
+        y = np.einsum("sd,de,sef,f->s", r, K_i, M, v_i) + noise * drng.standard_normal(samples)
+        rs.append(r)
+        Ms.append(M)
+        ys.append(y)
+    as_t = lambda a: torch.as_tensor(np.stack(a), dtype=DT)  # noqa: E731
+    return Clients(as_t(rs), as_t(Ms), as_t(ys), torch.full((n_clients,), 1.0 / n_clients, dtype=DT))
 
 
-def features(K: torch.Tensor, c: ClientData) -> torch.Tensor:
-    """z(X; K) = M K^T r per sample: f = z^T v."""
-    return torch.einsum("sde,fe,sf->sd", c.M, K, c.r)
+# --- the objective ------------------------------------------------------------------------
+
+def features(K: torch.Tensor, c: Clients) -> torch.Tensor:
+    """z = M K^T r per sample, shape (N, m, d); K is (d, d) or per client (N, d, d)."""
+    u = c.r @ K  # (N, m, d): u_e = sum_d r_d K_de
+    return (c.M * u.unsqueeze(-2)).sum(-1)  # z_f = sum_e M_fe u_e
 
 
-def _client_loss(K, v, c: ClientData):
-    return 0.5 * ((features(K, c) @ v - c.y) ** 2).mean()
+def _client_losses(K, v, c: Clients) -> torch.Tensor:
+    pred = torch.einsum("nsd,d->ns", features(K, c), v) if v.dim() == 1 else \
+        torch.einsum("nsd,nd->ns", features(K, c), v)
+    return 0.5 * ((pred - c.y) ** 2).mean(dim=1)
 
 
-def global_loss(K, v, clients, p, lam: float = 0.0):
+def global_loss(K, v, c: Clients, lam: float = 0.0) -> torch.Tensor:
     """sum_i p_i L_i(K, v) + (lam/2) ||v||^2."""
-    loss = sum(pi * _client_loss(K, v, c) for pi, c in zip(p, clients))
-    return loss + 0.5 * lam * (v @ v)
+    return c.p @ _client_losses(K, v, c) + 0.5 * lam * (v @ v)
 
 
-def _gram(K, clients, p):
-    d = K.shape[0]
-    A = torch.zeros(d, d, dtype=DT)
-    b = torch.zeros(d, dtype=DT)
-    for pi, c in zip(p, clients):
-        Z = features(K, c)
-        A += pi * Z.T @ Z / len(c.y)
-        b += pi * Z.T @ c.y / len(c.y)
-    return A, b
+def _gram(K, c: Clients):
+    Z = features(K.detach(), c)
+    m = c.y.shape[1]
+    G = torch.einsum("n,nsd,nse->de", c.p, Z, Z) / m
+    b = torch.einsum("n,nsd,ns->d", c.p, Z, c.y) / m
+    return G, b
 
 
-def value_optimum(K, clients, p, lam: float):
-    """argmin_v of the value problem for fixed K: (G + lam I)^-1 b, G = sum p_i Z_i^T Z_i / m_i."""
-    A, b = _gram(K.detach(), clients, p)
-    return torch.linalg.solve(A + lam * torch.eye(len(b), dtype=DT), b)
+def value_optimum(K, c: Clients, lam: float) -> torch.Tensor:
+    """argmin_v of the value problem for fixed K: (G + lam I)^-1 b, G = sum_i p_i Z_i^T Z_i / m."""
+    G, b = _gram(K, c)
+    return torch.linalg.solve(G + lam * torch.eye(len(b), dtype=DT), b)
 
 
-def profile_objective(K, clients, p, lam: float):
-    """Phi(K) = min_v global_loss(K, v) (the kernel-profile objective)."""
-    return global_loss(K, value_optimum(K, clients, p, lam), clients, p, lam)
+def profile_objective(K, c: Clients, lam: float) -> torch.Tensor:
+    """Phi(K) = min_v sum_i p_i L_i(K, v) + (lam/2) ||v||^2 (the kernel-profile objective)."""
+    return global_loss(K, value_optimum(K, c, lam), c, lam)
 
 
-def profile_gradient(K, clients, p, lam: float):
-    """grad Phi(K): by the envelope theorem, the K-gradient of the loss at v = v*(K)."""
-    v = value_optimum(K, clients, p, lam)
-    K = K.detach().clone().requires_grad_(True)
-    (g,) = torch.autograd.grad(global_loss(K, v, clients, p, lam), K)
-    return g
+def profile_gradient(K, c: Clients, lam: float) -> torch.Tensor:
+    """grad Phi(K) = d/dK of the loss at v = v*(K) (envelope theorem)."""
+    v = value_optimum(K, c, lam)
+    return _grads_K_v(K.detach().unsqueeze(0).expand(c.n_clients, -1, -1),
+                      v.unsqueeze(0).expand(c.n_clients, -1), c, 0.0, weighted=True)[0]
 
 
-def strong_convexity(K, clients, p, lam: float) -> float:
-    """Smallest eigenvalue of the value problem's Hessian G + lam I (>= lam)."""
-    A, _ = _gram(K.detach(), clients, p)
-    return float(torch.linalg.eigvalsh(A + lam * torch.eye(len(A), dtype=DT))[0])
+def strong_convexity(K, c: Clients, lam: float) -> float:
+    """Smallest eigenvalue of the value problem's Hessian G + lam I (always >= lam)."""
+    G, _ = _gram(K, c)
+    return float(torch.linalg.eigvalsh(G + lam * torch.eye(len(G), dtype=DT))[0])
 
 
-# --- two-stage FedAvg and its drift-free reference -------------------------------------------
+# --- closed-form gradients, all clients at once ----------------------------------------------
 
-def init_weights(d: int, seed: int, scale: float = 0.3):
+def _grads_K_v(K, v, c: Clients, lam: float, weighted: bool = False):
+    """Per-client gradients of L_i + (lam/2)||v||^2 in K (N, d, d) and v (N, d) at per-client
+    (K_i, v_i); `weighted=True` returns sum_i p_i of them instead (shapes (d, d), (d,)).
+
+    f = r^T K M v  =>  dL/dv = mean_s e_s z_s,  dL/dK = mean_s e_s r_s (M_s v)^T,  e = f - y.
+    """
+    N, m, d = c.r.shape
+    z = features(K, c)
+    e = (z * v.unsqueeze(1)).sum(-1) - c.y  # (N, m)
+    w = torch.bmm(c.M.reshape(N, m * d, d), v.unsqueeze(-1)).reshape(N, m, d)  # M_s v
+    er = c.r * (e / m).unsqueeze(-1)
+    gK = er.transpose(1, 2) @ w  # (N, d, d)
+    gv = torch.bmm(z.transpose(1, 2), (e / m).unsqueeze(-1)).squeeze(-1) + lam * v
+    if weighted:
+        return torch.einsum("n,nde->de", c.p, gK), c.p @ gv
+    return gK, gv
+
+
+def init_weights(d: int, seed: int, scale: float = 0.5):
+    """W_Q, W_K near scale * I (a mild random kernel) and v = 0."""
     g = torch.Generator().manual_seed(seed)
-    WQ = scale * torch.randn(d, d, generator=g, dtype=DT) / np.sqrt(d) + torch.eye(d, dtype=DT) * scale
-    WK = scale * torch.randn(d, d, generator=g, dtype=DT) / np.sqrt(d) + torch.eye(d, dtype=DT) * scale
-    v = torch.zeros(d, dtype=DT)
-    return WQ, WK, v
+    eye = torch.eye(d, dtype=DT)
+    WQ = scale * (eye + torch.randn(d, d, generator=g, dtype=DT) / np.sqrt(d))
+    WK = scale * (eye + torch.randn(d, d, generator=g, dtype=DT) / np.sqrt(d))
+    return WQ, WK, torch.zeros(d, dtype=DT)
 
 
-def _grads(WQ, WK, v, clients, p, lam):
-    """Gradients of the loss on `clients` (weights p) w.r.t. WQ, WK, v."""
-    WQ, WK, v = (t.detach().clone().requires_grad_(True) for t in (WQ, WK, v))
-    loss = global_loss(WQ @ WK.T, v, clients, p, lam)
-    return torch.autograd.grad(loss, (WQ, WK, v))
-
-
-def simulate(clients, p, *, rounds: int, warmup: int, local_steps: int, lr: float, lam: float = 0.0,
-             init=None, seed: int = 0):
+def simulate(c: Clients, *, rounds: int, warmup: int, local_steps: int, lr: float, lam: float = 0.0,
+             init=None, seed: int = 0) -> dict:
     """Two-stage FedAvg: `warmup` rounds on (W_Q, W_K, v), then K frozen and FedAvg on v.
 
-    Every client runs `local_steps` full-batch gradient steps per round on its own loss (+ the
-    ridge term), the server averages with weights p. Returns dict with K at the switch (K_T0),
-    the final (K, v) and the per-round global loss.
+    Each round every client runs `local_steps` full-batch gradient steps on L_i + (lam/2)||v||^2
+    from the global weights; the server averages with weights p. Returns K at the switch (K_T0),
+    the final K and v, and the global loss after every round.
     """
-    d = clients[0].r.shape[1]
+    N, d = c.n_clients, c.dim
     WQ, WK, v = init if init is not None else init_weights(d, seed)
-    one = torch.ones(1, dtype=DT)
     losses = []
-    K_T0 = WQ @ WK.T if warmup == 0 else None
+    K_T0 = None
     for r in range(rounds):
         frozen = r >= warmup
         if frozen and K_T0 is None:
             K_T0 = WQ @ WK.T
-        new = [torch.zeros_like(WQ), torch.zeros_like(WK), torch.zeros_like(v)]
-        for pi, c in zip(p, clients):
-            q, k, vv = WQ.clone(), WK.clone(), v.clone()
-            for _ in range(local_steps):
-                gq, gk, gv = _grads(q, k, vv, [c], one, lam)
-                if not frozen:
-                    q, k = q - lr * gq, k - lr * gk
-                vv = vv - lr * gv
-            for acc, t in zip(new, (q, k, vv)):
-                acc += pi * t
-        WQ, WK, v = new if not frozen else (WQ, WK, new[2])
-        losses.append(float(global_loss(WQ @ WK.T, v, clients, p)))
+        q, k, vv = (t.unsqueeze(0).repeat(N, *([1] * t.dim())) for t in (WQ, WK, v))
+        for _ in range(local_steps):
+            K = q @ k.transpose(1, 2)
+            gK, gv = _grads_K_v(K, vv, c, lam)
+            if not frozen:
+                q, k = q - lr * gK @ k, k - lr * gK.transpose(1, 2) @ q
+            vv = vv - lr * gv
+        if not frozen:
+            WQ, WK = torch.einsum("n,nde->de", c.p, q), torch.einsum("n,nde->de", c.p, k)
+        v = c.p @ vv
+        losses.append(float(global_loss(WQ @ WK.T, v, c)))
     if K_T0 is None:
         K_T0 = WQ @ WK.T
     return {"K_T0": K_T0, "K": WQ @ WK.T, "v": v, "losses": losses}
 
 
-def centralised(clients, p, *, steps: int, lr: float, lam: float = 0.0, init=None, seed: int = 0):
-    """Plain gradient descent on the pooled objective: the drift-free reference. Returns K after `steps`."""
-    d = clients[0].r.shape[1]
-    WQ, WK, v = init if init is not None else init_weights(d, seed)
+def centralised(c: Clients, *, steps: int, lr: float, lam: float = 0.0, init=None, seed: int = 0):
+    """Gradient descent on the pooled objective sum_i p_i L_i (+ ridge) from the same start:
+    the drift-free reference. Returns (K, v) after `steps` steps."""
+    WQ, WK, v = init if init is not None else init_weights(c.dim, seed)
+    N = c.n_clients
     for _ in range(steps):
-        gq, gk, gv = _grads(WQ, WK, v, clients, p, lam)
-        WQ, WK, v = WQ - lr * gq, WK - lr * gk, v - lr * gv
+        K = WQ @ WK.T
+        gK, gv = _grads_K_v(K.expand(N, -1, -1), v.expand(N, -1), c, lam, weighted=True)
+        WQ, WK, v = WQ - lr * gK @ WK, WK - lr * gK.T @ WQ, v - lr * gv
     return WQ @ WK.T, v
 
 
-def min_profile(clients, p, lam: float, K0, iters: int = 300) -> float:
+def min_profile(c: Clients, lam: float, K0, iters: int = 200) -> float:
     """An estimate of min_K Phi(K): L-BFGS on K from K0 (Phi is not convex: a local minimum)."""
     K = K0.detach().clone().requires_grad_(True)
     opt = torch.optim.LBFGS([K], max_iter=iters, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
-                            tolerance_change=1e-14)
+                            tolerance_change=1e-15)
 
     def closure():
         opt.zero_grad()
-        loss = profile_objective(K, clients, p, lam)
-        loss.backward()
-        return loss
+        K.grad = profile_gradient(K.detach(), c, lam)
+        return profile_objective(K.detach(), c, lam)
 
     opt.step(closure)
-    return float(profile_objective(K.detach(), clients, p, lam))
+    return float(profile_objective(K.detach(), c, lam))
 
 
-def decompose(clients, p, heldout, *, rounds: int, warmup: int, local_steps: int, lr: float, lam: float,
-              phi_min: float, seed: int = 0) -> dict:
-    """bias, kernel drift, value drift and final losses of one two-stage run (paper, Sec. 4)."""
-    init = init_weights(clients[0].r.shape[1], seed)
-    sim = simulate(clients, p, rounds=rounds, warmup=warmup, local_steps=local_steps, lr=lr, lam=lam, init=init)
-    K_c, _ = centralised(clients, p, steps=warmup * local_steps, lr=lr, lam=lam, init=init)
-    phi_c = float(profile_objective(K_c, clients, p, lam))
-    phi_fed = float(profile_objective(sim["K_T0"], clients, p, lam))
-    v_opt = value_optimum(sim["K_T0"], clients, p, lam)
-    K_final = sim["K"]
+def decompose(c: Clients, heldout: Clients, *, rounds: int, warmup: int, local_steps: int, lr: float,
+              lam: float, phi_min: float, seed: int = 0) -> dict:
+    """Bias, kernel drift, value drift and final losses of one two-stage run (paper, Sec. 4).
+
+    bias = Phi(K^c_T0) - min Phi (the drift-free kernel after T0 rounds' worth of steps is not yet
+    the best); kernel_drift = Phi(K_T0) - Phi(K^c_T0) (what heterogeneous local steps did to the
+    kernel); value_drift = ||v_T - v*(K_T0)|| and value_gap its loss excess.
+    """
+    init = init_weights(c.dim, seed)
+    sim = simulate(c, rounds=rounds, warmup=warmup, local_steps=local_steps, lr=lr, lam=lam, init=init)
+    K_c, _ = centralised(c, steps=warmup * local_steps, lr=lr, lam=lam, init=init)
+    phi_c = float(profile_objective(K_c, c, lam))
+    phi_fed = float(profile_objective(sim["K_T0"], c, lam))
+    v_opt = value_optimum(sim["K_T0"], c, lam)
     return {
         "warmup": warmup,
         "bias": phi_c - phi_min,
         "kernel_drift": phi_fed - phi_c,
         "value_drift": float((sim["v"] - v_opt).norm()),
-        "value_gap": float(global_loss(K_final, sim["v"], clients, p, lam)) - phi_fed if warmup < rounds else None,
-        "train_loss": float(global_loss(K_final, sim["v"], clients, p)),
-        "heldout_loss": float(global_loss(K_final, sim["v"], heldout, p)),
+        "value_gap": float(global_loss(sim["K"], sim["v"], c, lam)) - float(profile_objective(sim["K"], c, lam)),
+        "train_loss": float(global_loss(sim["K"], sim["v"], c)),
+        "heldout_loss": float(global_loss(sim["K"], sim["v"], heldout)),
     }

@@ -113,3 +113,46 @@ def run_or_load(cfg, root: str = "results", experiment: str = "default", force: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return hist
+
+
+def _run_one(args):
+    """Worker: one cached run on one thread (module level so that spawned processes can import it)."""
+    import torch
+
+    cfg, root, experiment = args
+    torch.set_num_threads(1)
+    run_or_load(cfg, root=root, experiment=experiment, progress=False)
+    return config_key(cfg)
+
+
+def run_many(cfgs, root: str = "results", experiment: str = "default", workers: int | None = None,
+             progress: bool = True) -> list:
+    """Histories of many configs, in order: cached ones loaded, the rest trained in parallel.
+
+    Each missing run trains in its own process on one thread (on small models one thread per run
+    and one run per core beats one run on all cores). `workers` defaults to the number of cores;
+    workers=1 trains in this process. Scripts that call it need the `if __name__ == "__main__":` guard
+    (workers are spawned); notebooks do not.
+    """
+    cfgs = list(cfgs)
+    missing = {}
+    for cfg in cfgs:
+        if not (Path(root) / experiment / config_key(cfg) / "history.json").exists():
+            missing.setdefault(config_key(cfg), cfg)
+    workers = workers or os.cpu_count() or 1
+    if missing and (workers == 1 or len(missing) == 1):
+        for cfg in missing.values():
+            run_or_load(cfg, root=root, experiment=experiment, progress=progress)
+    elif missing:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        from tqdm.auto import tqdm
+
+        jobs = [(cfg, root, experiment) for cfg in missing.values()]
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_one, job) for job in jobs]
+            for f in tqdm(as_completed(futures), total=len(futures), desc=f"{experiment}: runs",
+                          disable=not progress, leave=False):
+                f.result()
+    return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]
