@@ -25,7 +25,7 @@ import torch
 
 __all__ = ["Clients", "make_clients", "features", "global_loss", "value_optimum", "profile_objective",
            "profile_gradient", "strong_convexity", "init_weights", "simulate", "centralised", "min_profile",
-           "decompose"]
+           "decompose", "warmup_sweep", "lambda_sweep"]
 
 DT = torch.float64
 
@@ -204,7 +204,7 @@ def simulate(c: Clients, *, rounds: int, warmup: int, local_steps: int, lr: floa
         losses.append(float(global_loss(WQ @ WK.T, v, c)))
     if K_T0 is None:
         K_T0 = WQ @ WK.T
-    return {"K_T0": K_T0, "K": WQ @ WK.T, "v": v, "losses": losses}
+    return {"K_T0": K_T0, "K": WQ @ WK.T, "v": v, "WQ": WQ, "WK": WK, "losses": losses}
 
 
 def centralised(c: Clients, *, steps: int, lr: float, lam: float = 0.0, init=None, seed: int = 0):
@@ -257,3 +257,62 @@ def decompose(c: Clients, heldout: Clients, *, rounds: int, warmup: int, local_s
         "train_loss": float(global_loss(sim["K"], sim["v"], c)),
         "heldout_loss": float(global_loss(sim["K"], sim["v"], heldout)),
     }
+
+
+# --- sweeps for notebook 01 -------------------------------------------------------------------
+
+def _reference_min(c: Clients, lam: float, rounds: int, local_steps: int, lr: float, seed: int,
+                   iters: int) -> float:
+    """min Phi, estimated by L-BFGS from the end of a long drift-free run (2x the federated budget)."""
+    K, _ = centralised(c, steps=2 * rounds * local_steps, lr=lr, lam=lam, seed=seed)
+    return min_profile(c, lam, K, iters=iters)
+
+
+def warmup_sweep(sigmas, warmups, seeds, *, rounds: int, local_steps: int, lr: float, lam: float = 1e-3,
+                 n_clients: int = 10, samples: int = 100, d: int = 8, lbfgs_iters: int = 200,
+                 progress: bool = True):
+    """Final losses and the bias / kernel-drift / value-drift decomposition for every
+    (sigma, seed, T0): a DataFrame with one row per run (paper, Sec. 4, the warm-up trade-off)."""
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    rows = []
+    grid = [(s, seed) for s in sigmas for seed in seeds]
+    for sigma, seed in tqdm(grid, desc="warm-up sweep", disable=not progress, leave=False):
+        c = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed)
+        h = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed, heldout=True)
+        phi_min = _reference_min(c, lam, rounds, local_steps, lr, seed, lbfgs_iters)
+        for T0 in warmups:
+            out = decompose(c, h, rounds=rounds, warmup=T0, local_steps=local_steps, lr=lr, lam=lam,
+                            phi_min=phi_min, seed=seed)
+            rows.append({"sigma": sigma, "seed": seed, "local_steps": local_steps, **out})
+    return pd.DataFrame(rows)
+
+
+def lambda_sweep(lams, local_steps_list, seeds, *, sigma: float, rounds: int, warmup: int, lr: float,
+                 n_clients: int = 10, samples: int = 100, d: int = 8, progress: bool = True):
+    """The frozen stage under a value penalty: for each seed one warm-up of `warmup` rounds
+    (lam = 0, E = local_steps_list[-1]), then for each (lam, E) the frozen stage for the
+    remaining rounds. Rows: value drift, strong convexity, train and held-out loss."""
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    rows = []
+    for seed in tqdm(seeds, desc="lambda sweep", disable=not progress, leave=False):
+        c = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed)
+        h = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed, heldout=True)
+        warm = simulate(c, rounds=warmup, warmup=warmup, local_steps=local_steps_list[-1], lr=lr, seed=seed)
+        start = (warm["WQ"], warm["WK"], warm["v"])
+        K = warm["K"]
+        for lam in lams:
+            for E in local_steps_list:
+                sim = simulate(c, rounds=rounds - warmup, warmup=0, local_steps=E, lr=lr, lam=lam, init=start)
+                v_opt = value_optimum(K, c, lam)
+                rows.append({"seed": seed, "lam": lam, "local_steps": E,
+                             "value_drift": float((sim["v"] - v_opt).norm()),
+                             "strong_convexity": strong_convexity(K, c, lam),
+                             "train_loss": float(global_loss(K, sim["v"], c)),
+                             "heldout_loss": float(global_loss(K, sim["v"], h)),
+                             "train_loss_at_optimum": float(global_loss(K, v_opt, c)),
+                             "heldout_loss_at_optimum": float(global_loss(K, v_opt, h))})
+    return pd.DataFrame(rows)

@@ -14,26 +14,40 @@ import numpy as np
 
 from .partition import label_counts
 
-__all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "select_profile"]
+__all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
+           "select_profile"]
 
 PROFILES = ("smoke", "cpu", "paper")
+_active = {"profile": None}  # set by select_profile; smoke-profile outputs stay out of figures/
 
 
 def select_profile(profile: str, **settings):
-    """The settings of `profile` (one keyword per profile), with a clear error for a typo."""
+    """The settings of `profile` (one keyword per profile), with a clear error for a typo.
+
+    It also records the profile: under `smoke`, save_figure/save_table write to runs/smoke/figures/
+    so that a CI run never overwrites the committed cpu-profile figures.
+    """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {profile!r}")
     if profile not in settings:
         raise ValueError(f"no settings given for profile {profile!r}")
+    _active["profile"] = profile
     return settings[profile]
 
 
 def figures_dir() -> Path:
     from .cli import project_root
 
-    folder = project_root() / "figures"
+    root = project_root()
+    folder = root / "runs" / "smoke" / "figures" if _active["profile"] == "smoke" else root / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def _relative(path: Path) -> str:
+    from .cli import project_root
+
+    return str(path.relative_to(project_root()))
 
 
 def _atomic(path: Path, write) -> None:
@@ -49,21 +63,22 @@ def _atomic(path: Path, write) -> None:
 
 
 def save_figure(fig, name: str) -> list[str]:
-    """Write `fig` to figures/<name>.pdf and .png; returns the paths relative to the project."""
+    """Write `fig` to figures/<name>.pdf and .png (runs/smoke/figures/ under the smoke profile);
+    returns the paths relative to the project root."""
     folder = figures_dir()
     out = []
     for ext in ("pdf", "png"):
         path = folder / f"{name}.{ext}"
         _atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
                                                        metadata={"CreationDate": None} if ext == "pdf" else None))
-        out.append(f"figures/{name}.{ext}")
+        out.append(_relative(path))
     return out
 
 
 def save_table(df, name: str) -> str:
     path = figures_dir() / f"{name}.csv"
     _atomic(path, lambda tmp: df.to_csv(tmp))
-    return f"figures/{name}.csv"
+    return _relative(path)
 
 
 def plot_label_distribution(labels, parts, ax=None, title: str | None = None, max_clients: int = 50):
@@ -84,3 +99,32 @@ def plot_label_distribution(labels, parts, ax=None, title: str | None = None, ma
     if title:
         ax.set_title(title)
     return ax
+
+
+def plot_mean_std(df, x: str, y: str, by: str | None = None, ax=None, label: str | None = None,
+                  xscale: str = "linear", marker: str = "o"):
+    """Mean ± std of `y` over repeated rows (seeds) at each `x`, one line per value of `by`."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.5, 3))
+    groups = [(None, df)] if by is None else list(df.groupby(by))
+    for key, sub in groups:
+        stats = sub.groupby(x)[y].agg(["mean", "std"]).reset_index()
+        name = label if by is None else f"{by}={key:g}" if isinstance(key, (int, float)) else f"{by}={key}"
+        ax.plot(stats[x], stats["mean"], marker=marker, ms=3, label=name)
+        ax.fill_between(stats[x], stats["mean"] - stats["std"].fillna(0), stats["mean"] + stats["std"].fillna(0),
+                        alpha=0.2)
+    if xscale == "symlog":
+        ax.set_xscale("symlog", linthresh=1)
+    else:
+        ax.set_xscale(xscale)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    return ax
+
+
+def best_by(df, x: str, y: str, by: str) -> dict:
+    """For each value of `by`, the `x` with the lowest mean `y` (over seeds)."""
+    means = df.groupby([by, x])[y].mean().reset_index()
+    return {k: sub.loc[sub[y].idxmin(), x] for k, sub in means.groupby(by)}

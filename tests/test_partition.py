@@ -91,3 +91,4 @@ def test_dirichlet_gives_up_with_a_clear_error():
 def test_bad_input_names_the_parameter(call, param):
     with pytest.raises(ValueError, match=param):
         call()
+

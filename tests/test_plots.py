@@ -1,0 +1,21 @@
+import pytest
+
+
+def test_smoke_profile_figures_stay_out_of_figures(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fedfrozen import plots
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    fig, _ = plt.subplots()
+    plots.select_profile("smoke", smoke=1, cpu=2)
+    assert plots.save_figure(fig, "99_x") == ["runs/smoke/figures/99_x.pdf", "runs/smoke/figures/99_x.png"]
+    assert plots.select_profile("cpu", smoke=1, cpu=2) == 2
+    assert plots.save_figure(fig, "99_x")[1] == "figures/99_x.png" and (tmp_path / "figures" / "99_x.png").exists()
+    with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
+        plots.select_profile("gpu", smoke=1)
