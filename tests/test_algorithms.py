@@ -120,3 +120,20 @@ def test_every_preset_runs_and_keeps_its_frozen_groups_bit_identical(method, set
             assert torch.equal(before[sl], snaps[1][sl]), g
     trained = [g for g in ff.qkv.GROUPS if g not in m.frozen_at(1)]
     assert any(not torch.equal(snaps[0][flat.group_slice(g)], snaps[1][flat.group_slice(g)]) for g in trained)
+
+
+@pytest.mark.parametrize("method", ["fedfrozen_scaffold", "fedfrozen_adam"])
+def test_method_state_is_reset_at_the_switch_and_stays_off_frozen_groups(method, tmp_path, setups):
+    cfg = tiny_config(method=method, rounds=4, warmup_rounds=2, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    ff.run(cfg, callbacks=[lambda r, row, h: r == 1], progress=False)  # stop at the end of stage 1
+    before = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    ff.run(cfg, callbacks=[lambda r, row, h: r == 2], progress=False)  # ... and after the first stage-2 round
+    after = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    qk = setups[-1].flat.group_slice("qk")
+    state_before = before["local"]["c"] if method == "fedfrozen_scaffold" else before["server"]["m"]
+    state_after = after["local"]["c"] if method == "fedfrozen_scaffold" else after["server"]["m"]
+    assert state_before[qk].abs().sum() > 0          # stage 1 built up state on the kernel block
+    assert torch.equal(state_after[qk], torch.zeros_like(state_after[qk]))  # reset, and kept off it
+    assert state_after.abs().sum() > 0
+    if method == "fedfrozen_scaffold":
+        assert all(torch.equal(c_i[qk], torch.zeros_like(c_i[qk])) for c_i in after["local"]["client"].values())

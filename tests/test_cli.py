@@ -1,0 +1,58 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+import fedfrozen as ff
+from fedfrozen import cli
+
+TINY = ["--n-clients", "3", "--rounds", "2", "--local-steps", "1", "--model-kwargs",
+        '{"embed_dim": 16, "depth": 1, "num_heads": 2}', "--quiet"]
+
+
+def test_run_prints_a_summary_and_caches(tmp_path, capsys):
+    assert cli.main(["run", "--method", "fedfrozen", "--warmup-rounds", "1", "--out", str(tmp_path), *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "method=fedfrozen" in out and "rounds=2" in out and "final_test_acc=" in out
+    runs = list((tmp_path / "cli").iterdir())
+    assert len(runs) == 1 and (runs[0] / "history.json").exists()
+    cfg = json.loads((runs[0] / "config.json").read_text())
+    assert cfg["method"] == "fedfrozen" and cfg["model_kwargs"]["depth"] == 1
+    assert cli.main(["run", "--method", "fedfrozen", "--warmup-rounds", "1", "--out", str(tmp_path), *TINY]) == 0
+    assert "(cached)" in capsys.readouterr().out
+
+
+def test_config_file_with_flags_overriding(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("method: fedprox\nprox_mu: 0.5\nrounds: 5\nfreeze: [qk, v]\n")
+    args = cli.build_parser().parse_args(["run", "--config", str(tmp_path / "c.yaml"), "--rounds", "2"])
+    cfg = cli.config_from_args(args)
+    assert (cfg.method, cfg.prox_mu, cfg.rounds, cfg.freeze) == ("fedprox", 0.5, 2, ("qk", "v"))
+    (tmp_path / "c.json").write_text(json.dumps({"alpha": 0.3}))
+    assert cli.config_from_args(cli.build_parser().parse_args(["run", "--config", str(tmp_path / "c.json")])).alpha == 0.3
+
+
+def test_help_documents_every_config_field(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = capsys.readouterr().out
+    import dataclasses
+
+    for f in dataclasses.fields(ff.Config):
+        assert "--" + f.name.replace("_", "-") in text, f.name
+    assert "Dirichlet concentration" in text  # the field comments are the help texts
+
+
+def test_bad_flag_value_is_a_clear_error(capsys):
+    assert cli.main(["run", "--alpha", "-1", *TINY]) == 2
+    assert "alpha must be > 0" in capsys.readouterr().err
+
+
+def test_python_dash_m_works():
+    out = subprocess.run([sys.executable, "-m", "fedfrozen", "reproduce", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--profile" in out.stdout
+
+
+def test_reproduce_rejects_unknown_notebook_numbers():
+    with pytest.raises(SystemExit, match="no notebook numbered"):
+        cli.notebooks("99")
