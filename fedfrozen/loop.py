@@ -164,8 +164,8 @@ def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epoc
     loss_sum = torch.zeros((), device=s.device)
     vs = flat.group_slice("v")
     batches = _batches(len(idx), cfg, gen, epochs, steps)
-    for b in batches:
-        b = idx[b.to(idx.device)]
+    order = idx[torch.cat(batches).to(idx.device)]  # one host-to-device copy per client and round
+    for b in torch.split(order, [len(b) for b in batches]):
         flat.zero_grad()
         with _autocast(cfg, s.device):
             loss = F.cross_entropy(model(s.x[b]), s.y[b])
@@ -244,6 +244,8 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
     """
     if not isinstance(cfg, Config):
         raise TypeError(f"run expects a fedfrozen.Config; got {type(cfg).__name__}")
+    if (train is None) != (test is None):
+        raise ValueError("pass both train and test Splits, or neither (then cfg.dataset is loaded)")
     cfg.validate()
     method = algorithms.resolve(cfg)
     s = prepare(cfg, train, test)
