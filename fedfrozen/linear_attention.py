@@ -274,11 +274,12 @@ def warmup_sweep(sigmas, warmups, seeds, *, rounds: int, local_steps: int, lr: f
     """Final losses and the bias / kernel-drift / value-drift decomposition for every
     (sigma, seed, T0): a DataFrame with one row per run (paper, Sec. 4, the warm-up trade-off)."""
     import pandas as pd
-    from tqdm.auto import tqdm
+
+    from .progress import progress_bar
 
     rows = []
     grid = [(s, seed) for s in sigmas for seed in seeds]
-    for sigma, seed in tqdm(grid, desc="warm-up sweep", disable=not progress, leave=False):
+    for sigma, seed in progress_bar(grid, progress, desc="warm-up sweep", leave=False):
         c = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed)
         h = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed, heldout=True)
         phi_min = _reference_min(c, lam, rounds, local_steps, lr, seed, lbfgs_iters)
@@ -295,10 +296,11 @@ def lambda_sweep(lams, local_steps_list, seeds, *, sigma: float, rounds: int, wa
     (lam = 0, E = local_steps_list[-1]), then for each (lam, E) the frozen stage for the
     remaining rounds. Rows: value drift, strong convexity, train and held-out loss."""
     import pandas as pd
-    from tqdm.auto import tqdm
+
+    from .progress import progress_bar
 
     rows = []
-    for seed in tqdm(seeds, desc="lambda sweep", disable=not progress, leave=False):
+    for seed in progress_bar(seeds, progress, desc="lambda sweep", leave=False):
         c = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed)
         h = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed, heldout=True)
         warm = simulate(c, rounds=warmup, warmup=warmup, local_steps=local_steps_list[-1], lr=lr, seed=seed)

@@ -24,6 +24,7 @@ from . import algorithms, data, models, partition, qkv
 from .config import Config
 from .flat import FlatOptimizer, FlatParams, merged_slices
 from .history import History
+from .progress import progress_bar
 from .results import atomic_save, environment
 
 __all__ = ["run", "Config", "evaluate", "prepare", "Setup"]
@@ -391,11 +392,7 @@ def _evaluate_round(s: Setup, r: int) -> dict:
 # --- progress -----------------------------------------------------------------------------
 
 def _progress(rounds, enabled: bool):
-    if not enabled:
-        return rounds
-    from tqdm.auto import tqdm
-
-    return tqdm(rounds, desc="rounds", leave=False)
+    return progress_bar(rounds, enabled, desc="rounds", leave=False)
 
 
 def _show(bar, row: dict) -> None:

@@ -147,12 +147,12 @@ def run_many(cfgs, root: str = "results", experiment: str = "default", workers: 
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        from tqdm.auto import tqdm
+        from .progress import progress_bar
 
         jobs = [(cfg, root, experiment) for cfg in missing.values()]
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
             futures = [pool.submit(_run_one, job) for job in jobs]
-            for f in tqdm(as_completed(futures), total=len(futures), desc=f"{experiment}: runs",
-                          disable=not progress, leave=False):
+            for f in progress_bar(as_completed(futures), progress, total=len(futures), desc=f"{experiment}: runs",
+                                  leave=False):
                 f.result()
     return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]

@@ -19,3 +19,15 @@ def test_smoke_profile_figures_stay_out_of_figures(tmp_path, monkeypatch):
     assert plots.save_figure(fig, "99_x")[1] == "figures/99_x.png" and (tmp_path / "figures" / "99_x.png").exists()
     with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
         plots.select_profile("gpu", smoke=1)
+
+
+def test_progress_bar_can_be_silenced(monkeypatch):
+    from fedfrozen.progress import progress_bar
+
+    items = [1, 2]
+    assert progress_bar(items, enabled=False) is items
+    monkeypatch.setenv("FEDFROZEN_PROGRESS", "0")
+    assert progress_bar(items) is items
+    monkeypatch.setenv("FEDFROZEN_PROGRESS", "1")
+    bar = progress_bar(items, disable=True)
+    assert list(bar) == items and bar is not items

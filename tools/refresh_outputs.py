@@ -16,6 +16,7 @@ import nbformat
 root = Path(__file__).resolve().parents[1]
 wanted = set(sys.argv[1:])
 os.environ["FEDFROZEN_PROFILE"] = "cpu"
+os.environ["FEDFROZEN_PROGRESS"] = "0"  # no progress-bar residue in committed outputs
 for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
     if wanted and path.name[:2] not in wanted:
         continue
