@@ -8,11 +8,11 @@
 
 __version__ = "0.1.0"
 
-from . import algorithms, data, models, partition, plots, qkv  # noqa: E402
+from . import algorithms, data, models, partition, plots, qkv, tables  # noqa: E402
 from .config import Config  # noqa: E402
 from .history import History  # noqa: E402
 from .loop import run  # noqa: E402
 from .results import run_or_load  # noqa: E402
 
-__all__ = ["Config", "History", "run", "run_or_load", "algorithms", "data", "models", "partition", "plots", "qkv",
+__all__ = ["Config", "History", "run", "run_or_load", "algorithms", "data", "models", "partition", "plots", "qkv", "tables",
            "__version__"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["iid", "dirichlet", "shards", "quantity_skew", "label_counts", "summary", "PARTITIONS"]
+__all__ = ["iid", "dirichlet", "shards", "quantity_skew", "label_counts", "summary", "parse_spec", "make", "PARTITIONS"]
 
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
 
@@ -187,6 +187,21 @@ def summary(labels, parts):
         "label_entropy_bits": entropy,
         "tv_to_global": 0.5 * np.abs(dist - glob).sum(1),
     }).set_index("client")
+
+
+def parse_spec(spec: str) -> dict:
+    """Config fields of a partition spec: "iid", "dirichlet:0.1", "shards:2", "quantity:0.5"."""
+    name, _, arg = spec.partition(":")
+    if name == "iid" and not arg:
+        return {"partition": "iid"}
+    try:
+        if name in ("dirichlet", "quantity") and arg:
+            return {"partition": name, "alpha": float(arg)}
+        if name == "shards" and arg:
+            return {"partition": "shards", "classes_per_client": int(arg)}
+    except ValueError:
+        pass
+    raise ValueError(f"partition spec must be iid, dirichlet:ALPHA, shards:K or quantity:BETA; got {spec!r}")
 
 
 def make(name: str, labels, n_clients: int, seed: int = 0, *, alpha: float = 0.5,

@@ -83,8 +83,17 @@ def config_key(cfg) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def run_or_load(cfg, root: str = "results", experiment: str = "default", force: bool = False,
-                progress: bool = True):
+def results_root(root=None) -> Path:
+    """`root`, or by default the project's results/ folder (so notebooks, run from notebooks/,
+    share one cache with scripts run from the project root)."""
+    if root is not None:
+        return Path(root)
+    from .cli import project_root
+
+    return project_root() / "results"
+
+
+def run_or_load(cfg, root=None, experiment: str = "default", force: bool = False, progress: bool = True):
     """The History of `cfg`: loaded from `root/experiment/<key>/` if there, else trained and stored.
 
     `force=True` trains again and replaces the stored result. The returned History has
@@ -93,7 +102,7 @@ def run_or_load(cfg, root: str = "results", experiment: str = "default", force: 
     from .history import History
     from .loop import run
 
-    folder = Path(root) / experiment / config_key(cfg)
+    folder = results_root(root) / experiment / config_key(cfg)
     hist_file = folder / "history.json"
     if hist_file.exists() and not force:
         hist = History.load(hist_file)
@@ -125,7 +134,7 @@ def _run_one(args):
     return config_key(cfg)
 
 
-def run_many(cfgs, root: str = "results", experiment: str = "default", workers: int | None = None,
+def run_many(cfgs, root=None, experiment: str = "default", workers: int | None = None,
              progress: bool = True) -> list:
     """Histories of many configs, in order: cached ones loaded, the rest trained in parallel.
 
@@ -135,6 +144,7 @@ def run_many(cfgs, root: str = "results", experiment: str = "default", workers: 
     (workers are spawned); notebooks do not.
     """
     cfgs = list(cfgs)
+    root = str(results_root(root))
     missing = {}
     for cfg in cfgs:
         if not (Path(root) / experiment / config_key(cfg) / "history.json").exists():

@@ -92,3 +92,11 @@ def test_bad_input_names_the_parameter(call, param):
     with pytest.raises(ValueError, match=param):
         call()
 
+
+
+def test_parse_spec():
+    assert P.parse_spec("iid") == {"partition": "iid"}
+    assert P.parse_spec("dirichlet:0.1") == {"partition": "dirichlet", "alpha": 0.1}
+    assert P.parse_spec("shards:2") == {"partition": "shards", "classes_per_client": 2}
+    with pytest.raises(ValueError, match="partition spec"):
+        P.parse_spec("dirichlet")

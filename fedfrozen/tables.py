@@ -1,0 +1,65 @@
+"""Tables for the notebooks: one row per run, then mean ± std over seeds.
+
+`summarise(cfgs, hists)` turns runs into a DataFrame of their settings and headline numbers
+(final accuracy, worst-10% client accuracy, rounds and bytes to a target accuracy, stability
+over the last evaluations, upload, time per round by stage); `mean_std(df, by, cols)` aggregates
+over seeds and `format_mean_std` prints "mean ± std".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["summarise", "mean_std", "format_mean_std"]
+
+SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")
+
+
+def _run_row(cfg, hist, target: float, last: int) -> dict:
+    df = hist.to_frame()
+    evaluated = df.dropna(subset=["test_acc"])
+    reached = evaluated[evaluated["test_acc"] >= target]
+    cum_bytes = (df["bytes_up"] + df["bytes_down"]).cumsum()
+    row = {k: getattr(cfg, k) for k in SETTINGS}
+    row.update(
+        final_acc=hist.final_accuracy,
+        worst10_acc=hist.last("client_acc_worst10"),
+        rounds_to_target=float(reached["round"].iloc[0] + 1) if len(reached) else np.nan,
+        MB_to_target=float(cum_bytes[reached.index[0]] / 1e6) if len(reached) else np.nan,
+        stability=float(evaluated["test_acc"].tail(last).std()) if len(evaluated) >= 2 else np.nan,
+        upload_MB=float(df["bytes_up"].sum() / 1e6),
+        download_MB=float(df["bytes_down"].sum() / 1e6),
+        sec_per_round_stage1=float(df.loc[df["stage"] == 1, "seconds"].median()) if (df["stage"] == 1).any() else np.nan,
+        sec_per_round_stage2=float(df.loc[df["stage"] == 2, "seconds"].median()) if (df["stage"] == 2).any() else np.nan,
+        diverged=hist.diverged is not None,
+    )
+    return row
+
+
+def summarise(cfgs, hists, target: float = 0.8, last: int = 3):
+    """One row per run: its settings and headline numbers.
+
+    target: the test accuracy for `rounds_to_target` / `MB_to_target` (NaN when never reached);
+    stability: std of the last `last` evaluated test accuracies.
+    """
+    import pandas as pd
+
+    return pd.DataFrame([_run_row(c, h, target, last) for c, h in zip(cfgs, hists)])
+
+
+def mean_std(df, by, cols):
+    """Mean and std over the rows sharing `by` (typically: over seeds), with the count of runs."""
+    g = df.groupby(list(by) if not isinstance(by, str) else by)
+    out = g[list(cols)].agg(["mean", "std"])
+    out[("runs", "n")] = g.size()
+    return out
+
+
+def format_mean_std(stats, digits: int = 3):
+    """'mean ± std' strings from a mean_std table (for display and CSV)."""
+    import pandas as pd
+
+    cols = [c for c in stats.columns.get_level_values(0).unique() if c != "runs"]
+    return pd.DataFrame({c: [f"{m:.{digits}f} ± {s:.{digits}f}" if np.isfinite(m) else "n/a"
+                             for m, s in zip(stats[(c, "mean")], stats[(c, "std")].fillna(0.0))]
+                         for c in cols}, index=stats.index)
