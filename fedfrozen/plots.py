@@ -127,4 +127,5 @@ def plot_mean_std(df, x: str, y: str, by: str | None = None, ax=None, label: str
 def best_by(df, x: str, y: str, by: str) -> dict:
     """For each value of `by`, the `x` with the lowest mean `y` (over seeds)."""
     means = df.groupby([by, x])[y].mean().reset_index()
-    return {k: sub.loc[sub[y].idxmin(), x] for k, sub in means.groupby(by)}
+    best = {k: sub.loc[sub[y].idxmin(), x] for k, sub in means.groupby(by)}
+    return {getattr(k, "item", lambda: k)(): getattr(v, "item", lambda: v)() for k, v in best.items()}
