@@ -45,6 +45,12 @@ def _check_positive(value, name: str) -> float:
     return float(value)
 
 
+def _check_min_size(min_size: int, n_clients: int, n_samples: int) -> None:
+    if min_size < 0 or min_size * n_clients > n_samples:
+        raise ValueError(f"min_size ({min_size}) times n_clients ({n_clients}) must not exceed "
+                         f"the number of samples ({n_samples})")
+
+
 def _from_owner(owner: np.ndarray, n_clients: int) -> list[np.ndarray]:
     """Turn an owner-per-sample array into one sorted index array per client."""
     order = np.argsort(owner, kind="stable")
@@ -76,9 +82,7 @@ def dirichlet(labels, n_clients: int, alpha: float, seed: int = 0, min_size: int
     n = labels.size
     n_clients = _check_clients(n_clients, n)
     alpha = _check_positive(alpha, "alpha")
-    if min_size < 0 or min_size * n_clients > n:
-        raise ValueError(f"min_size ({min_size}) times n_clients ({n_clients}) must not exceed "
-                         f"the number of samples ({n})")
+    _check_min_size(min_size, n_clients, n)
     rng = np.random.default_rng(seed)
     by_class = [np.flatnonzero(labels == c) for c in range(int(labels.max()) + 1)]
     by_class = [idx for idx in by_class if idx.size]
@@ -145,9 +149,7 @@ def quantity_skew(n_samples: int, n_clients: int, beta: float, seed: int = 0, mi
     n_samples = int(n_samples)
     n_clients = _check_clients(n_clients, n_samples)
     beta = _check_positive(beta, "beta")
-    if min_size < 0 or min_size * n_clients > n_samples:
-        raise ValueError(f"min_size ({min_size}) times n_clients ({n_clients}) must not exceed "
-                         f"n_samples ({n_samples})")
+    _check_min_size(min_size, n_clients, n_samples)
     rng = np.random.default_rng(seed)
     for _ in range(max_redraws):
         p = rng.dirichlet(np.full(n_clients, beta))
