@@ -92,10 +92,10 @@ class Setup:
         self.test_x, self.test_y = test.x.to(device), test.y.to(device)
         self.val_idx = torch.as_tensor(val_idx, device=device)
         self.public_idx = torch.as_tensor(public_idx, device=device)
-        eval_idx = [t for t in self.client_eval]
-        self.client_eval_all = torch.cat(eval_idx) if eval_idx else torch.empty(0, dtype=torch.long)
+        # every client's held-out slice in one index tensor, with its owner, for one batched evaluation
+        self.client_eval_all = torch.cat(self.client_eval)
         self.client_eval_owner = torch.cat([torch.full((len(t),), i, device=device)
-                                            for i, t in enumerate(eval_idx)])
+                                            for i, t in enumerate(self.client_eval)])
         self.input_shape = tuple(train.x.shape[1:])
 
         torch.manual_seed(_seed(cfg.seed, 102))
