@@ -8,6 +8,14 @@
 
 __version__ = "0.1.0"
 
+import warnings as _warnings  # noqa: E402
+
+with _warnings.catch_warnings():
+    # tqdm.auto warns (once, at import, with a path of this machine) when ipywidgets is missing;
+    # timm imports it too. Import it here quietly so that notebook outputs stay clean.
+    _warnings.simplefilter("ignore")
+    import tqdm.auto  # noqa: E402,F401
+
 from . import algorithms, data, models, partition, plots, qkv, tables  # noqa: E402
 from .config import Config  # noqa: E402
 from .history import History  # noqa: E402

@@ -128,4 +128,5 @@ def best_by(df, x: str, y: str, by: str) -> dict:
     """For each value of `by`, the `x` with the lowest mean `y` (over seeds)."""
     means = df.groupby([by, x])[y].mean().reset_index()
     best = {k: sub.loc[sub[y].idxmin(), x] for k, sub in means.groupby(by)}
-    return {getattr(k, "item", lambda: k)(): getattr(v, "item", lambda: v)() for k, v in best.items()}
+    plain = lambda v: v.item() if hasattr(v, "item") else v  # noqa: E731  (numpy scalars print as np.int64(..))
+    return {plain(k): plain(v) for k, v in best.items()}

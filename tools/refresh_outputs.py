@@ -27,8 +27,10 @@ for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     text = nbformat.writes(nb)
-    for bad in (str(root), os.path.expanduser("~")):
-        if bad in text:
-            raise SystemExit(f"{path.name}: an output contains the absolute path {bad}")
+    leaks = [line.strip()[:300] for line in text.splitlines()
+             if any(bad in line for bad in (str(root), os.path.expanduser("~") + "/"))]
+    if leaks:
+        print(f"NOT written: {path.name}: outputs contain absolute paths, e.g. {leaks[0]}", flush=True)
+        continue
     path.write_text(text)
-    print(f"refreshed {path.name}")
+    print(f"refreshed {path.name}", flush=True)
