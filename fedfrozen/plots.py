@@ -124,9 +124,9 @@ def plot_mean_std(df, x: str, y: str, by: str | None = None, ax=None, label: str
     return ax
 
 
-def best_by(df, x: str, y: str, by: str) -> dict:
-    """For each value of `by`, the `x` with the lowest mean `y` (over seeds)."""
+def best_by(df, x: str, y: str, by: str, maximize: bool = False) -> dict:
+    """For each value of `by`, the `x` with the lowest mean `y` over seeds (the highest with maximize=True)."""
     means = df.groupby([by, x])[y].mean().reset_index()
-    best = {k: sub.loc[sub[y].idxmin(), x] for k, sub in means.groupby(by)}
+    best = {k: sub.loc[sub[y].idxmax() if maximize else sub[y].idxmin(), x] for k, sub in means.groupby(by)}
     plain = lambda v: v.item() if hasattr(v, "item") else v  # noqa: E731  (numpy scalars print as np.int64(..))
     return {plain(k): plain(v) for k, v in best.items()}

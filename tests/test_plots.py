@@ -31,3 +31,13 @@ def test_progress_bar_can_be_silenced(monkeypatch):
     monkeypatch.setenv("FEDFROZEN_PROGRESS", "1")
     bar = progress_bar(items, disable=True)
     assert list(bar) == items and bar is not items
+
+
+def test_best_by_min_and_max():
+    import pandas as pd
+
+    from fedfrozen.plots import best_by
+
+    df = pd.DataFrame({"a": [1, 1, 1, 1, 2, 2], "x": [0, 1, 0, 1, 0, 1], "y": [3.0, 2.0, 5.0, 2.0, 1.0, 4.0]})
+    assert best_by(df, "x", "y", "a") == {1: 1, 2: 0}            # mean y at a=1: x0 4.0, x1 2.0
+    assert best_by(df, "x", "y", "a", maximize=True) == {1: 0, 2: 1}
