@@ -194,6 +194,7 @@ def summary(labels, parts):
 def parse_spec(spec: str) -> dict:
     """Config fields of a partition spec: "iid", "dirichlet:0.1", "shards:2", "quantity:0.5"."""
     name, _, arg = spec.partition(":")
+    error = ValueError(f"partition spec must be iid, dirichlet:ALPHA, shards:K or quantity:BETA; got {spec!r}")
     if name == "iid" and not arg:
         return {"partition": "iid"}
     try:
@@ -202,8 +203,8 @@ def parse_spec(spec: str) -> dict:
         if name == "shards" and arg:
             return {"partition": "shards", "classes_per_client": int(arg)}
     except ValueError:
-        pass
-    raise ValueError(f"partition spec must be iid, dirichlet:ALPHA, shards:K or quantity:BETA; got {spec!r}")
+        raise error from None
+    raise error
 
 
 def make(name: str, labels, n_clients: int, seed: int = 0, *, alpha: float = 0.5,

@@ -100,3 +100,8 @@ def test_parse_spec():
     assert P.parse_spec("shards:2") == {"partition": "shards", "classes_per_client": 2}
     with pytest.raises(ValueError, match="partition spec"):
         P.parse_spec("dirichlet")
+
+
+def test_parse_spec_rejects_bad_numbers():
+    with pytest.raises(ValueError, match="partition spec"):
+        P.parse_spec("shards:two")
