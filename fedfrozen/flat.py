@@ -48,7 +48,6 @@ class FlatParams:
                 self.param_range[name] = (offset, offset + n)
                 offset += n
             self.group_range[g] = (start, offset)
-        self.model = model
         self.numel = total
         self.element_size = first.element_size()
 

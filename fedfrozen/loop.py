@@ -96,13 +96,12 @@ class Setup:
         self.client_eval_all = torch.cat(self.client_eval)
         self.client_eval_owner = torch.cat([torch.full((len(t),), i, device=device)
                                             for i, t in enumerate(self.client_eval)])
-        self.input_shape = tuple(train.x.shape[1:])
 
         torch.manual_seed(_seed(cfg.seed, 102))
         kw = dict(cfg.model_kwargs)
         if cfg.model in models.PROJECT_MODELS:
-            kw.setdefault("in_chans", self.input_shape[0])
-            kw.setdefault("img_size", self.input_shape[1])
+            kw.setdefault("in_chans", train.x.shape[1])
+            kw.setdefault("img_size", train.x.shape[2])
         self.model = models.create(cfg.model, self.num_classes, **kw).to(device)
         if cfg.init not in ("random", "public"):
             _load_initial_weights(self.model, cfg.init)
