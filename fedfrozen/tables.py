@@ -48,18 +48,32 @@ def summarise(cfgs, hists, target: float = 0.8, last: int = 3):
 
 
 def mean_std(df, by, cols):
-    """Mean and std over the rows sharing `by` (typically: over seeds), with the count of runs."""
+    """Mean, std and count of finite values over the rows sharing `by` (typically: over seeds),
+    with the number of runs in ("runs", "n"). A column such as rounds_to_target is NaN for a run
+    that never reached the target, so its count can be smaller than the number of runs."""
     g = df.groupby(list(by) if not isinstance(by, str) else by)
-    out = g[list(cols)].agg(["mean", "std"])
+    out = g[list(cols)].agg(["mean", "std", "count"])
     out[("runs", "n")] = g.size()
     return out
 
 
+def _cell(mean, std, count, runs, digits):
+    if not count:
+        return "n/a"
+    text = f"{mean:.{digits}f} ± {std:.{digits}f}" if count >= 2 else f"{mean:.{digits}f}"
+    return text if count == runs else f"{text} ({count:d} of {runs:d} runs)"
+
+
 def format_mean_std(stats, digits: int = 3):
-    """'mean ± std' strings from a mean_std table (for display and CSV)."""
+    """'mean ± std' strings from a mean_std table (for display and CSV).
+
+    A std needs two values: a single value prints without one, and when only some runs have a
+    value (a target reached by 1 of 3 seeds) the cell says how many, e.g. '4.215 (1 of 3 runs)'.
+    """
     import pandas as pd
 
     cols = [c for c in stats.columns.get_level_values(0).unique() if c != "runs"]
-    return pd.DataFrame({c: [f"{m:.{digits}f} ± {s:.{digits}f}" if np.isfinite(m) else "n/a"
-                             for m, s in zip(stats[(c, "mean")], stats[(c, "std")].fillna(0.0))]
+    runs = stats[("runs", "n")]
+    return pd.DataFrame({c: [_cell(m, s, int(k), int(n), digits)
+                             for m, s, k, n in zip(stats[(c, "mean")], stats[(c, "std")], stats[(c, "count")], runs)]
                          for c in cols}, index=stats.index)
