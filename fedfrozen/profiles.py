@@ -2,7 +2,7 @@
 
 `federated(profile, rounds=40, warmup_rounds=10)` gives the Config fields every federated
 notebook starts from (smoke: a tiny model for CI; cpu: digits at the project defaults; paper:
-CIFAR-10 with vit_cifar, 100 clients, 10 per round, 200 rounds). `SELECTED_LR` is the local
+CIFAR-10 or CIFAR-100 with vit_cifar, 100 clients, 10 per round, 200 rounds). `SELECTED_LR` is the local
 learning rate per method chosen by one rule for all methods (issue 5, see the README): grid
 {3e-3, 1e-2, 3e-2}, Dirichlet alpha 0.1, seed 0, best final validation accuracy, ties to the
 smaller lr. It was chosen on digits at 40 rounds; on the paper profile it is a starting point,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .plots import select_profile
 
-__all__ = ["federated", "SELECTED_LR", "learning_rates"]
+__all__ = ["federated", "SELECTED_LR", "learning_rates", "PAPER_DATASETS"]
 
 SELECTED_LR = {
     "fedadagrad": 3e-3, "fedadam": 3e-3, "fedavg": 3e-2, "fedavgm": 3e-3, "feddyn": 3e-3, "fedfrozen": 3e-2,
@@ -22,14 +22,24 @@ SELECTED_LR = {
 }
 
 
-def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10) -> dict:
-    """Config fields of `profile` for the federated notebooks (rounds and T0 apply to the cpu profile)."""
+PAPER_DATASETS = ("cifar10", "cifar100")
+
+
+def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dataset: str = "cifar10") -> dict:
+    """Config fields of `profile` for the federated notebooks.
+
+    `rounds` and `warmup_rounds` apply to the cpu profile; `paper_dataset` (cifar10 or cifar100)
+    to the paper profile. The dict always names its dataset, which the notebooks use as the
+    results folder (results/<dataset>/).
+    """
+    if paper_dataset not in PAPER_DATASETS:
+        raise ValueError(f"paper_dataset must be one of {', '.join(PAPER_DATASETS)}; got {paper_dataset!r}")
     return select_profile(
         profile,
-        smoke=dict(rounds=3, warmup_rounds=1, n_clients=5, local_steps=2, eval_every=1,
+        smoke=dict(dataset="digits", rounds=3, warmup_rounds=1, n_clients=5, local_steps=2, eval_every=1,
                    model_kwargs=dict(embed_dim=16, depth=1, num_heads=2)),
-        cpu=dict(rounds=rounds, warmup_rounds=warmup_rounds, eval_every=5),
-        paper=dict(dataset="cifar10", model="vit_cifar", rounds=200, warmup_rounds=50, n_clients=100,
+        cpu=dict(dataset="digits", rounds=rounds, warmup_rounds=warmup_rounds, eval_every=5),
+        paper=dict(dataset=paper_dataset, model="vit_cifar", rounds=200, warmup_rounds=50, n_clients=100,
                    clients_per_round=10, eval_every=5, download=True, data_root="../data"))
 
 

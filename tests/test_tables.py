@@ -59,5 +59,9 @@ def test_federated_profiles_build_valid_configs(monkeypatch):
     for profile in ("smoke", "cpu", "paper"):
         ff.Config(method="fedfrozen", **ff.profiles.federated(profile))  # validated on construction
     assert ff.profiles.federated("cpu", rounds=30, warmup_rounds=7)["warmup_rounds"] == 7
+    assert ff.profiles.federated("cpu")["dataset"] == "digits"  # the notebooks' results folder
+    assert ff.profiles.federated("paper", paper_dataset="cifar100")["dataset"] == "cifar100"
+    with pytest.raises(ValueError, match="paper_dataset"):
+        ff.profiles.federated("paper", paper_dataset="svhn")
     with pytest.raises(ValueError, match="profile"):
         ff.profiles.federated("gpu")
