@@ -110,6 +110,19 @@ def notebooks(only: str | None = None) -> list[Path]:
     return books
 
 
+def headline(nb) -> str:
+    """The last line a notebook printed that starts with 'headline: ' (each notebook prints its
+    main result that way in its checks cell), without the prefix; '' if there is none."""
+    found = ""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if out.get("output_type") == "stream" and out.get("name") == "stdout":
+                for line in out.get("text", "").splitlines():
+                    if line.startswith("headline: "):
+                        found = line[len("headline: "):].strip()
+    return found
+
+
 def cmd_reproduce(args) -> int:
     import papermill as pm
 
@@ -121,16 +134,20 @@ def cmd_reproduce(args) -> int:
     for nb in notebooks(args.only):
         t0 = time.perf_counter()
         try:
-            pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters={"profile": args.profile},
-                                cwd=str(nb.parent), kernel_name=args.kernel, progress_bar=False)
-            status = "ok"
+            done = pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters={"profile": args.profile},
+                                       cwd=str(nb.parent), kernel_name=args.kernel, progress_bar=False)
+            status, result = "ok", headline(done)
         except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
-            status = f"FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:160] if str(e).strip() else ''}"
+            status = "FAILED"
+            result = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:160] if str(e).strip() else ''}"
             failed += 1
         seconds = time.perf_counter() - t0
-        rows.append((nb.name, status, seconds))
-        print(f"{nb.name:40s} {status:8s} {seconds:8.1f} s", flush=True)
+        rows.append((nb.name, status, seconds, result))
+        print(f"{nb.name:40s} {status:6s} {seconds:8.1f} s   {result}", flush=True)
     total = sum(r[2] for r in rows)
+    print(f"\n{'notebook':40s} {'status':6s} {'seconds':>10s}   headline (or error)")
+    for name, status, seconds, result in rows:
+        print(f"{name:40s} {status:6s} {seconds:10.1f}   {result}")
     print(f"{len(rows)} notebooks, {len(rows) - failed} ok, {failed} failed, {total:.1f} s in all "
           f"(profile {args.profile}; executed copies in {out_dir.relative_to(root)}/)")
     return 1 if failed else 0

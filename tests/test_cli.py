@@ -56,3 +56,29 @@ def test_python_dash_m_works():
 def test_reproduce_rejects_unknown_notebook_numbers():
     with pytest.raises(SystemExit, match="no notebook numbered"):
         cli.notebooks("99")
+
+
+def _notebook(path, *sources):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('profile = "cpu"', metadata={"tags": ["parameters"]})]
+    nb.cells += [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_reproduce_runs_notebooks_in_order_and_reports_headlines_and_failures(tmp_path, monkeypatch, capsys):
+    (tmp_path / "notebooks").mkdir()
+    _notebook(tmp_path / "notebooks" / "00_first.ipynb", 'print("headline: early")',
+              'print(f"headline: profile {profile}, answer {6 * 7}")\nprint("not a headline")')
+    _notebook(tmp_path / "notebooks" / "01_broken.ipynb", "1 / 0")
+    monkeypatch.setattr(cli, "project_root", lambda: tmp_path)
+    monkeypatch.setenv("FEDFROZEN_PROFILE", "cpu")  # reproduce sets it; restored after the test
+    assert cli.main(["reproduce", "--profile", "smoke"]) == 1  # one notebook failed
+    out = capsys.readouterr().out
+    summary = out[out.index("headline (or error)"):].splitlines()
+    assert summary[1].split()[:2] == ["00_first.ipynb", "ok"] and summary[1].endswith("profile smoke, answer 42")
+    assert summary[2].split()[:2] == ["01_broken.ipynb", "FAILED"] and "ZeroDivisionError" in summary[2]
+    assert "2 notebooks, 1 ok, 1 failed" in out
+    assert (tmp_path / "runs" / "smoke" / "00_first.ipynb").exists()
