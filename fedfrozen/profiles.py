@@ -20,10 +20,7 @@ SELECTED_LR = {
     "fedfrozen_adam": 3e-3, "fedfrozen_prox": 3e-3, "fedfrozen_scaffold": 3e-3, "fedprox": 3e-3, "fedyogi": 3e-3,
     "freeze_attn": 3e-2, "freeze_body": 3e-3, "freeze_kernel_at_init": 1e-2, "freeze_v": 3e-2, "scaffold": 3e-3,
 }
-
-
 PAPER_DATASETS = ("cifar10", "cifar100")
-
 
 def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dataset: str = "cifar10") -> dict:
     """Config fields of `profile` for the federated notebooks.
