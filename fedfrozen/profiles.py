@@ -22,6 +22,7 @@ SELECTED_LR = {
 }
 PAPER_DATASETS = ("cifar10", "cifar100")
 
+
 def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dataset: str = "cifar10") -> dict:
     """Config fields of `profile` for the federated notebooks.
 
