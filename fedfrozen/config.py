@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 
 from .algorithms import FREEZE_SCHEDULES, LOCAL_OBJECTIVES, PRESETS, SERVER_OPTIMIZERS
@@ -184,6 +183,3 @@ class Config:
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)

@@ -33,15 +33,6 @@ class Split:
     def num_classes(self) -> int:
         return len(self.classes)
 
-    @property
-    def input_shape(self) -> tuple:
-        return tuple(self.x.shape[1:])
-
-    def subset(self, index) -> "Split":
-        """The samples at `index` (array-like of ints) as a new Split."""
-        index = torch.as_tensor(np.asarray(index), dtype=torch.long)
-        return Split(self.x[index], self.y[index], self.classes, self.name)
-
 
 def from_tensors(x, y, name: str = "custom", classes=None) -> Split:
     """Wrap user tensors (x: N,C,H,W floats, y: N ints) as a Split, with checks."""

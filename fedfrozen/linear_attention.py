@@ -48,13 +48,6 @@ class Clients:
     def dim(self) -> int:
         return self.r.shape[2]
 
-    def pooled(self) -> "Clients":
-        """All samples as one client (weights p_i folded into the sample weights is not needed:
-        make_clients gives every client the same number of samples and p_i = 1/N)."""
-        N, m, d = self.r.shape
-        return Clients(self.r.reshape(1, N * m, d), self.M.reshape(1, N * m, d, d), self.y.reshape(1, N * m),
-                       torch.ones(1, dtype=DT))
-
 
 def _unit(rng, shape):
     a = rng.standard_normal(shape)
