@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 import fedfrozen as ff
 from fedfrozen import loop
+from fedfrozen.rng import derive_seed
 
 p = argparse.ArgumentParser()
 p.add_argument("--rounds", type=int, default=4)
@@ -34,7 +35,7 @@ R = cfg.rounds
 
 
 def client_batches(r, cid):
-    gen = torch.Generator().manual_seed(loop._seed(cfg.seed, r, cid, 105))
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, r, cid, 105))
     idx = setup.client_train[cid]
     return [idx[b] for b in loop._batches(len(idx), cfg, gen, cfg.local_epochs, None)]
 

@@ -1,7 +1,10 @@
-"""Command line: `fedfrozen run` (one federated run) and `fedfrozen reproduce` (the notebooks).
+"""Command line: `fedfrozen run` (one federated run), `fedfrozen methods` (the registered methods)
+and `fedfrozen reproduce` (the notebooks).
 
 `fedfrozen run` has one flag per Config field (documented from the field's comment in
-fedfrozen/config.py), plus `--config FILE` (JSON or YAML) and `--out DIR`.
+fedfrozen/config.py), plus `--config FILE` (JSON or YAML) and `--out DIR`. Rerunning an
+interrupted `fedfrozen run` continues from its last checkpoint (kept every
+`--checkpoint-seconds`, default 60) and gives the History of an uninterrupted run.
 `fedfrozen reproduce --profile {smoke,cpu,paper} [--only 02,03]` executes the notebooks in
 order with papermill into runs/<profile>/ and prints one line per notebook.
 """
@@ -19,9 +22,10 @@ import time
 import typing
 from pathlib import Path
 
+from . import methods
 from .config import Config
-
-PROFILES = ("smoke", "cpu", "paper")
+from .io import project_root
+from .profiles import PROFILES
 
 
 def _field_help() -> dict[str, str]:
@@ -75,28 +79,31 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config.from_dict(values)
 
 
+def _methods_table() -> str:
+    width = max(map(len, methods.names()))
+    return "\n".join(f"  {name:{width}s}  {summary}" for name, summary in methods.describe().items())
+
+
+def cmd_methods(args) -> int:
+    print("registered methods (Config.method / fedfrozen run --method NAME):")
+    print(_methods_table())
+    return 0
+
+
 def cmd_run(args) -> int:
-    from .results import config_key, run_or_load
+    from .experiments import config_key, run_or_load
 
     cfg = config_from_args(args)
     t0 = time.perf_counter()
-    hist = run_or_load(cfg, root=args.out, experiment="cli", force=args.force, progress=not args.quiet)
+    hist = run_or_load(cfg, root=args.out, experiment="cli", force=args.force, progress=not args.quiet,
+                       checkpoint_seconds=args.checkpoint_seconds)
     acc = hist.final_accuracy
     status = "DIVERGED at round {round}, client {client}".format(**hist.diverged) if hist.diverged else "ok"
     print(f"fedfrozen run: method={cfg.method} dataset={cfg.dataset} partition={cfg.partition} "
           f"rounds={len(hist)} final_test_acc={'n/a' if acc is None else f'{acc:.4f}'} "
-          f"{'(cached) ' if hist.cached else ''}status={status} seconds={time.perf_counter() - t0:.1f} "
+          f"{'(cached) ' if hist.cached else ''}{'(resumed) ' if hist.resumed_from else ''}status={status} seconds={time.perf_counter() - t0:.1f} "
           f"out={os.path.join(args.out, 'cli', config_key(cfg))}")
     return 1 if hist.diverged else 0
-
-
-def project_root() -> Path:
-    """The repository root: the folder holding notebooks/ above the package or the cwd."""
-    for start in (Path.cwd(), Path(__file__).resolve().parent):
-        for folder in (start, *start.parents):
-            if (folder / "notebooks").is_dir() and (folder / "pyproject.toml").is_file():
-                return folder
-    return Path.cwd()
 
 
 def notebooks(only: str | None = None) -> list[Path]:
@@ -157,13 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedfrozen", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one federated run (flags mirror fedfrozen.Config)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="methods (--method NAME):\n" + _methods_table())
     r.add_argument("--config", help="JSON or YAML file of Config fields; flags override it")
     r.add_argument("--out", default="results", help="results root; the run goes to OUT/cli/<config hash>/")
     r.add_argument("--force", action="store_true", help="train again even if a cached result exists")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--checkpoint-seconds", type=float, default=60.0,
+                   help="keep a checkpoint of the unfinished run at most this often (0: every round); "
+                        "rerunning the same command after an interruption continues from it (default: 60)")
     _add_config_flags(r)
     r.set_defaults(func=cmd_run)
+    m = sub.add_parser("methods", help="list the registered methods, one line each")
+    m.set_defaults(func=cmd_methods)
     q = sub.add_parser("reproduce", help="execute the notebooks with papermill")
     q.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke (CI), cpu (default), paper (GPU)")
     q.add_argument("--only", help="comma-separated notebook numbers, e.g. 02,03")

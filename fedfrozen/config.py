@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .algorithms import FREEZE_SCHEDULES, LOCAL_OBJECTIVES, PRESETS, SERVER_OPTIMIZERS
+from . import methods
 from .data import DATASETS
 from .partition import PARTITIONS
 from .qkv import GROUPS
@@ -17,8 +17,8 @@ __all__ = ["Config"]
 class Config:
     """A federated run. Field comments say what each one means; defaults train vit_digits.
 
-    Methods (../shared/METHODS.md): `method` is a preset (see fedfrozen.algorithms.PRESETS);
-    `local_objective`, `server_opt` and `freeze_schedule` override its components.
+    Methods (docs/methods.md): `method` names a registered method (`fedfrozen methods` lists
+    them); `local_objective`, `server_opt` and `freeze_schedule` override its components.
     """
 
     # data and clients
@@ -47,7 +47,7 @@ class Config:
     # model and method
     model: str = "vit_digits"          # project model or timm name
     model_kwargs: dict = field(default_factory=dict)  # extra arguments to models.create
-    method: str = "fedavg"             # preset name
+    method: str = "fedavg"             # a registered method (fedfrozen methods lists them)
     warmup_rounds: int = 15            # T0: stage 2 starts at this round (>= rounds: never)
     freeze: tuple = ("qk",)            # groups frozen in stage 2 by the fedfrozen presets
     value_l2: float = 0.0              # lambda of the value penalty (stage 2)
@@ -58,6 +58,7 @@ class Config:
     freeze_schedule: str | None = None  # override: none | warmup | start
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha
+    scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
     server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
     server_momentum: float = 0.9       # FedAvgM beta
     server_beta1: float = 0.9          # FedOpt beta1
@@ -71,8 +72,6 @@ class Config:
     device: str = "auto"               # auto | cpu | cuda
     eval_every: int = 1                # evaluate the global model every k rounds (and at the end)
     amp: bool = False                  # bfloat16 autocast (GPU only)
-    checkpoint_every: int = 0          # write a checkpoint every k rounds (0: never)
-    checkpoint_dir: str | None = None  # where checkpoints go
 
     def __post_init__(self):
         self.freeze = tuple(self.freeze)
@@ -132,7 +131,7 @@ class Config:
         number("grad_clip", 0, lo_open=True, none_ok=True)
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model must be a model name; got {self.model!r}")
-        choice("method", tuple(PRESETS))
+        choice("method", methods.names())
         integer("warmup_rounds", 0)
         unknown = [g for g in self.freeze if g not in GROUPS]
         if unknown or not self.freeze:
@@ -140,11 +139,12 @@ class Config:
         number("value_l2", 0)
         choice("value_l2_mode", ("ridge", "prox"))
         if self.local_objective is not None:
-            choice("local_objective", LOCAL_OBJECTIVES)
+            choice("local_objective", tuple(methods.LOCAL_OBJECTIVES))
         if self.server_opt is not None:
-            choice("server_opt", SERVER_OPTIMIZERS)
+            choice("server_opt", methods.SERVER_OPTIMIZERS)
         if self.freeze_schedule is not None:
-            choice("freeze_schedule", FREEZE_SCHEDULES)
+            choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
+        choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
         number("prox_mu", 0)
         number("feddyn_alpha", 0, lo_open=True)
         number("server_lr", 0, lo_open=True, none_ok=True)
@@ -160,12 +160,7 @@ class Config:
         integer("seed", 0)
         choice("device", ("auto", "cpu", "cuda"))
         integer("eval_every", 1)
-        integer("checkpoint_every", 0)
-        if self.checkpoint_every and not self.checkpoint_dir:
-            raise ValueError("checkpoint_every > 0 needs checkpoint_dir")
-        from .algorithms import resolve
-
-        resolve(self)  # component compatibility
+        methods.build(self)  # the method's own checks (component compatibility)
 
     # --- (de)serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -62,6 +62,10 @@ class FlatParams:
             m[self.group_slice(g)] = 1.0
         return m
 
+    def group_numel(self, group: str) -> int:
+        a, b = self.group_range[group]
+        return b - a
+
     def group_bytes(self, groups) -> int:
         return sum((self.group_range[g][1] - self.group_range[g][0]) for g in groups) * self.element_size
 
@@ -91,7 +95,9 @@ class FlatOptimizer:
     Same update rules as torch.optim.AdamW / torch.optim.SGD (no dampening, no Nesterov), but
     the cost of a step no longer grows with the number of parameter tensors: on vit_digits
     (76 tensors) a step takes a fraction of torch's foreach implementation. `reset()` gives a
-    fresh state (a client's first step) without allocating.
+    fresh state (a client's first step) without allocating. `mask` (None, or a 0/1 vector over
+    the whole flat buffer) restricts weight decay to the masked-in entries; the caller zeroes the
+    gradient outside it, so masked-out entries do not move at all.
     """
 
     def __init__(self, flat: FlatParams, slices, kind: str = "adamw", lr: float = 1e-3, weight_decay: float = 0.0,
@@ -105,6 +111,7 @@ class FlatOptimizer:
         self.m = flat.data.new_zeros(n)
         self.v = flat.data.new_zeros(n) if kind == "adamw" else None
         self.t = 0
+        self.mask: torch.Tensor | None = None
 
     def reset(self) -> None:
         self.m.zero_()
@@ -127,16 +134,22 @@ class FlatOptimizer:
         if self.kind == "adamw":
             b1, b2 = self.betas
             bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-            for p, g, m, v in self._views():
+            for s, (p, g, m, v) in zip(self.slices, self._views()):
                 if wd:
-                    p.mul_(1 - lr * wd)
+                    if self.mask is None:
+                        p.mul_(1 - lr * wd)
+                    else:
+                        p.addcmul_(p, self.mask[s], value=-lr * wd)
                 m.lerp_(g, 1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
                 denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
                 p.addcdiv_(m, denom, value=-lr / bc1)
         else:
-            for p, g, m, _ in self._views():
-                d = g.add(p, alpha=wd) if wd else g
+            for s, (p, g, m, _) in zip(self.slices, self._views()):
+                if wd:
+                    d = g.add(p, alpha=wd) if self.mask is None else g.addcmul(p, self.mask[s], value=wd)
+                else:
+                    d = g
                 if self.momentum:
                     if self.t == 1:
                         m.copy_(d)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
-from .results import atomic_write_text
+from .io import atomic_write
 
 __all__ = ["History", "WALL_CLOCK_COLUMNS"]
 
@@ -29,7 +30,8 @@ class History:
         self.config: dict = dict(config or {})
         self.env: dict = dict(env or {})
         self.diverged: dict | None = diverged  # {"round": r, "client": i} when a loss went non-finite
-        self.cached = False  # set by results.run_or_load on a cache hit
+        self.cached = False  # set by experiments.run_or_load on a cache hit
+        self.resumed_from = None  # set by experiments.run_or_load when it continued an interrupted run
 
     def append(self, row: dict) -> None:
         self.rows.append({k: _clean(v) for k, v in row.items()})
@@ -69,12 +71,17 @@ class History:
         return cls(d["rows"], d.get("config"), d.get("env"), d.get("diverged"))
 
     def save(self, path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
+        text = json.dumps(self.to_dict(), indent=1)
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
     @classmethod
     def load(cls, path) -> "History":
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        """Read a History saved by `save`; a ValueError naming the file if it is not one (truncated, corrupt)."""
+        try:
+            with open(path) as f:
+                return cls.from_dict(json.load(f))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path} is not a readable History ({type(e).__name__}: {e})") from None
 
     def __repr__(self) -> str:
         acc = self.final_accuracy

@@ -1,18 +1,19 @@
-"""The federated loop: FedAvg core, the two-stage FedFrozen schedule, every method of
-fedfrozen.algorithms, metrics, checkpoints.
+"""The federated round loop: one resident model, flat buffers, and the method's hooks.
 
 One resident model: its parameters live in one flat buffer (fedfrozen.flat). For each sampled
 client the global weights are copied in (`copy_`), the client trains its local steps on
-batches from its own seeded generator, and its weighted update is added in place to the
-round's sum. The server optimiser then steps on the trainable entries only. At round
-`warmup_rounds` (T0) the configured groups are frozen: the optimiser is rebuilt over the
-trainable parameters, frozen groups are neither uploaded nor aggregated, and the value
-penalty is switched on (paper, Sec. 3; ../shared/METHODS.md).
+batches from its own seeded generator, and its weighted update is folded in place into the
+round's accumulator. The server step then moves the trainable entries only. Everything that
+differs between methods (participation, what trains, gradient terms, bytes, aggregation, the
+server step, per-round decisions, state) is a hook of `fedfrozen.methods.Method`; when the
+frozen groups change (FedFrozen's stage switch at T0) the local optimiser is rebuilt over the
+trainable parameters and the method drops the old stage's state (docs/methods.md).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 
@@ -20,18 +21,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import algorithms, data, models, partition, qkv
+from . import data, methods, models, partition, qkv
 from .config import Config
 from .flat import FlatOptimizer, FlatParams, merged_slices
 from .history import History
+from .io import atomic_write, environment
 from .progress import progress_bar
-from .results import atomic_save, environment
+from .rng import derive_seed
 
-__all__ = ["run", "Config", "evaluate", "prepare", "Setup"]
+__all__ = ["run", "Config", "evaluate", "prepare", "Setup", "save_checkpoint"]
 
 _EPS = 1e-12
-
-
 # --- setup --------------------------------------------------------------------------------
 
 def _device(cfg: Config) -> torch.device:
@@ -57,11 +57,6 @@ def _stratified_holdout(labels: np.ndarray, fraction: float, rng) -> tuple[np.nd
     return held, rest
 
 
-def _seed(*parts) -> int:
-    """A 63-bit seed derived from the config seed and a position (round, client, purpose)."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
-
-
 class Setup:
     """Data on the device, client index sets, the resident model and its flat parameters."""
 
@@ -70,7 +65,7 @@ class Setup:
         if train is None:
             train, test = data.load(cfg.dataset, cfg.data_root, cfg.download)
         self.num_classes = train.num_classes
-        rng = np.random.default_rng(_seed(cfg.seed, 101))
+        rng = np.random.default_rng(derive_seed(cfg.seed, 101))
         labels = train.y.numpy()
         val_idx, rest = _stratified_holdout(labels, cfg.val_fraction, rng)
         pub_rel, pool_rel = _stratified_holdout(labels[rest], cfg.public_fraction, rng)
@@ -97,7 +92,7 @@ class Setup:
         self.client_eval_owner = torch.cat([torch.full((len(t),), i, device=device)
                                             for i, t in enumerate(self.client_eval)])
 
-        torch.manual_seed(_seed(cfg.seed, 102))
+        torch.manual_seed(derive_seed(cfg.seed, 102))
         kw = dict(cfg.model_kwargs)
         if cfg.model in models.PROJECT_MODELS:
             kw.setdefault("in_chans", train.x.shape[1])
@@ -152,12 +147,13 @@ def _autocast(cfg: Config, device):
 
 
 def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None,
-                 anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge"):
+                 anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", mask=None):
     """Train the resident model on samples `idx`; returns (summed loss tensor, number of steps).
 
     Per step the flat gradient gets the local objective's terms (paper, Eq. of stage 2):
     anchor_coeff * (x - anchor) (FedProx mu / FedDyn alpha), a constant `correction`
-    (SCAFFOLD c - c_i, FedDyn -h_i) and the value penalty on the `v` slice.
+    (SCAFFOLD c - c_i, FedDyn -h_i) and the value penalty on the `v` slice; a client `mask`
+    (a method's per-client trainable entries) then zeroes the gradient elsewhere.
     """
     cfg, flat, model = s.cfg, s.flat, s.model
     model.train()
@@ -179,6 +175,8 @@ def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epoc
             g[vs].add_(flat.data[vs], alpha=value_l2)
             if value_mode == "prox":
                 g[vs].sub_(anchor[vs], alpha=value_l2)
+        if mask is not None:
+            g.mul_(mask)
         if cfg.grad_clip:
             g.mul_((cfg.grad_clip / (g.norm() + 1e-6)).clamp(max=1.0))
         opt.step()
@@ -206,7 +204,7 @@ def _pretrain_on_public(s: Setup) -> None:
     """Server warm start: `server_pretrain_epochs` of centralised training on the public split."""
     cfg = s.cfg
     opt = _make_optimizer(cfg, s.flat)
-    gen = torch.Generator().manual_seed(_seed(cfg.seed, 103))
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, 103))
     _local_train(s, opt, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
 
 
@@ -218,14 +216,6 @@ def _lr_at(cfg: Config, r: int) -> float:
     return cfg.lr
 
 
-def _sample_clients(cfg: Config, r: int) -> list[int]:
-    m = cfg.clients_per_round or cfg.n_clients
-    if m >= cfg.n_clients:
-        return list(range(cfg.n_clients))
-    rng = np.random.default_rng(_seed(cfg.seed, r, 104))
-    return sorted(int(i) for i in rng.choice(cfg.n_clients, size=m, replace=False))
-
-
 def _kernel_change(new, old) -> float | None:
     if not new:
         return None
@@ -233,42 +223,48 @@ def _kernel_change(new, old) -> float | None:
     return torch.cat(ratios).mean().item()
 
 
-def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
-        train=None, test=None) -> History:
+def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, checkpoint=None,
+        checkpoint_every: int = 1, checkpoint_seconds: float = 0.0, train=None, test=None) -> History:
     """Train `cfg` federatedly and return its History.
 
     callbacks: functions `cb(round, row, history)` called after every round; one returning
-    True stops the run (after a checkpoint when `checkpoint_dir` is set). resume_from: a
-    checkpoint written by an earlier run of the same config. train/test: Splits to use
-    instead of loading `cfg.dataset` (for user data; see fedfrozen.data.from_tensors).
+    True stops the run (after a checkpoint, when one is being written).
+    checkpoint: a file to keep a checkpoint in, written atomically at the end of every
+    `checkpoint_every`-th round once `checkpoint_seconds` have passed since the last one (and when
+    a callback stops the run). resume_from: a checkpoint of an earlier run of the same config;
+    the resumed run's History equals the uninterrupted one's.
+    train/test: Splits to use instead of loading `cfg.dataset` (user data; fedfrozen.data.from_tensors).
     """
     if not isinstance(cfg, Config):
         raise TypeError(f"run expects a fedfrozen.Config; got {type(cfg).__name__}")
     if (train is None) != (test is None):
         raise ValueError("pass both train and test Splits, or neither (then cfg.dataset is loaded)")
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be an integer >= 1; got {checkpoint_every!r}")
+    if not checkpoint_seconds >= 0:
+        raise ValueError(f"checkpoint_seconds must be >= 0; got {checkpoint_seconds!r}")
+    if resume_from is not None and not os.path.exists(resume_from):
+        raise FileNotFoundError(f"resume_from: no checkpoint at {resume_from}")
     cfg.validate()
-    method = algorithms.resolve(cfg)
+    method = methods.build(cfg)
     s = prepare(cfg, train, test)
     flat, model, device = s.flat, s.model, s.device
     if cfg.init == "public":
         _pretrain_on_public(s)
+    method.setup(s)
 
     x_global = flat.data.clone()
     delta = torch.empty_like(x_global)
-    delta_sum = torch.empty_like(x_global)
-    server = algorithms.ServerOptimizer(method, cfg, flat.numel, device)
-    local = algorithms.LocalState(method, cfg, flat.numel, device)
+    acc = torch.empty_like(x_global)
     hist = History(config=cfg.to_dict(), env=environment(str(device)))
     received_frozen: set[int] = set()
-    prev_kernels = qkv.attention_kernels(model)
     start = 0
     if resume_from is not None:
-        start = _load_checkpoint(resume_from, cfg, x_global, server, local, hist, received_frozen)
+        start = _load_checkpoint(resume_from, cfg, x_global, method, hist, received_frozen)
         flat.data.copy_(x_global)
-        prev_kernels = qkv.attention_kernels(model)
+    prev_kernels = qkv.attention_kernels(model)
     groups = qkv.GROUPS
-    anchor_coeff = local.anchor_coeff()
-    comm_factor = 2 if method.control_variates else 1
+    reported = [g for g in groups if g != "other" or flat.group_numel("other")]
 
     def configure(frozen):
         """Freeze `frozen`, rebuild the optimiser over the trainable parameters."""
@@ -279,41 +275,45 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
         opt = _make_optimizer(cfg, flat, trainable)
         return opt, flat.mask(trainable), flat.group_bytes(trainable), flat.group_bytes(frozen)
 
-    current = method.frozen_at(start - 1) if start > 0 else ()
+    current = method.frozen_groups(start - 1) if start > 0 else ()
     opt, mask, trainable_bytes, frozen_bytes = configure(current)
+    last_save = time.perf_counter()
 
     bar = _progress(range(start, cfg.rounds), progress)
     for r in bar:
         t0 = time.perf_counter()
-        frozen = method.frozen_at(r)
+        frozen = method.frozen_groups(r)
         if frozen != current:  # stage switch: fresh optimiser, method state and frozen-block delivery
             opt, mask, trainable_bytes, frozen_bytes = configure(frozen)
-            server.reset()
-            local.reset()
+            method.on_stage_switch(frozen)
             received_frozen.clear()
             current = frozen
-        stage = 2 if method.freeze_at is not None and r >= method.freeze_at else 1
-        value_l2 = cfg.value_l2 if (stage == 2 or cfg.value_l2_warmup) else 0.0
+        stage = 2 if frozen else 1
+        value_l2 = method.value_penalty(r)
         lr = _lr_at(cfg, r)
         opt.lr = lr
 
-        sampled = _sample_clients(cfg, r)
+        sampled = method.sample_clients(r)
         weights = s.client_sizes[sampled] / s.client_sizes[sampled].sum()
-        delta_sum.zero_()
+        acc.zero_()
         client_sq = {g: torch.zeros((), device=device) for g in groups}
-        local.begin_round()
+        method.begin_round(r, sampled)
+        anchor_coeff = method.anchor_coeff()
         train_loss = 0.0
         bytes_down = bytes_up = 0
         for cid, p in zip(sampled, weights):
             flat.data.copy_(x_global)
             opt.reset()  # a fresh local optimiser state per client per round
-            seed = _seed(cfg.seed, r, cid, 105)
+            cmask = method.client_mask(r, cid)
+            opt.mask = cmask
+            method.init_client(r, cid, opt, mask if cmask is None else cmask * mask)
+            seed = derive_seed(cfg.seed, r, cid, 105)
             torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
             gen = torch.Generator().manual_seed(seed)
             loss_sum, steps = _local_train(
                 s, opt, s.client_train[cid], gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
-                anchor=x_global, anchor_coeff=anchor_coeff, correction=local.correction(cid),
-                value_l2=value_l2, value_mode=cfg.value_l2_mode)
+                anchor=x_global, anchor_coeff=anchor_coeff, correction=method.correction(cid),
+                value_l2=value_l2, value_mode=cfg.value_l2_mode, mask=cmask)
             client_loss = (loss_sum / steps).item()
             if not math.isfinite(client_loss):
                 hist.diverged = {"round": r, "client": cid}
@@ -322,25 +322,27 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
                 break
             train_loss += p * client_loss
             torch.sub(flat.data, x_global, out=delta)
-            delta_sum.add_(delta, alpha=float(p))
+            method.aggregate(acc, cid, delta, float(p))
             for g, sq in flat.group_sq_norms(delta).items():
                 client_sq[g] += p * sq
-            local.after_client(cid, delta, steps, lr, mask)
-            bytes_down += comm_factor * trainable_bytes
-            bytes_up += comm_factor * trainable_bytes
+            cmask_eff = mask if cmask is None else cmask * mask
+            method.after_client(r, cid, delta, steps, lr, cmask_eff)
+            payload = trainable_bytes if cmask is None else int(cmask_eff.count_nonzero()) * flat.element_size
+            down, up = method.client_bytes(r, cid, payload)
+            bytes_down += down
+            bytes_up += up
             if frozen and cid not in received_frozen:  # the frozen block is sent once per client
                 bytes_down += frozen_bytes
                 received_frozen.add(cid)
         if hist.diverged:
             break
 
-        server.step(x_global, delta_sum, mask, len(sampled))
-        local.end_round(len(sampled), cfg.n_clients, mask)
+        method.server_update(r, x_global, acc, mask, sampled)
         flat.data.copy_(x_global)
 
         row = {"round": r, "stage": stage, "lr": lr, "train_loss": train_loss}
-        mean_sq = flat.group_sq_norms(delta_sum)
-        for g in groups:
+        mean_sq = flat.group_sq_norms(acc)
+        for g in reported:
             trained = g not in frozen
             norm2 = mean_sq[g].item()
             row[f"drift_{g}"] = max(client_sq[g].item() - norm2, 0.0) / (norm2 + _EPS) if trained else None
@@ -354,9 +356,12 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None,
         hist.append(row)
         _show(bar, row)
 
-        stop = any([cb(r, hist.rows[-1], hist) is True for cb in callbacks])  # call every callback
-        if cfg.checkpoint_dir and (stop or (cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0)):
-            save_checkpoint(checkpoint_path(cfg), cfg, r + 1, x_global, server, local, hist, received_frozen)
+        stop = method.on_round_end(r, hist.rows[-1], hist) is True
+        stop = any([cb(r, hist.rows[-1], hist) is True for cb in callbacks]) or stop  # call every callback
+        due = (r + 1) % checkpoint_every == 0 and time.perf_counter() - last_save >= checkpoint_seconds
+        if checkpoint is not None and r + 1 < cfg.rounds and (stop or due):
+            save_checkpoint(checkpoint, cfg, r + 1, x_global, method, hist, received_frozen)
+            last_save = time.perf_counter()
         if stop:
             break
     return hist
@@ -403,36 +408,25 @@ def _show(bar, row: dict) -> None:
 
 # --- checkpoints --------------------------------------------------------------------------
 
-_RUN_ONLY = ("checkpoint_every", "checkpoint_dir")
-
-
-def checkpoint_path(cfg: Config) -> str:
-    import os
-
-    return os.path.join(cfg.checkpoint_dir, "checkpoint.pt")
-
-
-def save_checkpoint(path, cfg, next_round, x_global, server, local, hist, received_frozen) -> None:
+def save_checkpoint(path, cfg, next_round, x_global, method, hist, received_frozen) -> None:
     """Everything the loop needs to continue at `next_round` (atomic write).
 
     No RNG state is stored: every random choice after setup is drawn from a generator seeded
     by (seed, round, client), so the rounds after a resume draw what they would have drawn.
     """
-    cfg_d = {k: v for k, v in cfg.to_dict().items() if k not in _RUN_ONLY}
-    atomic_save({"round": next_round, "x": x_global.cpu(), "server": server.state_dict(),
-                 "local": local.state_dict(), "rows": hist.rows, "diverged": hist.diverged,
-                 "received_frozen": sorted(received_frozen), "config": cfg_d}, path)
+    state = {"round": next_round, "x": x_global.cpu(), "method": method.state_dict(), "rows": hist.rows,
+             "diverged": hist.diverged, "received_frozen": sorted(received_frozen), "config": cfg.to_dict()}
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
-def _load_checkpoint(path, cfg, x_global, server, local, hist, received_frozen) -> int:
+def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
     state = torch.load(path, map_location=x_global.device, weights_only=True)
-    cfg_d = {k: v for k, v in cfg.to_dict().items() if k not in _RUN_ONLY}
+    cfg_d = cfg.to_dict()
     if state["config"] != cfg_d:
         diff = sorted(k for k in cfg_d if state["config"].get(k) != cfg_d[k])
         raise ValueError(f"checkpoint {path} was written by a different config (fields {diff})")
     x_global.copy_(state["x"])
-    server.load_state_dict(state["server"])
-    local.load_state_dict(state["local"])
+    method.load_state_dict(state["method"])
     hist.rows = list(state["rows"])
     hist.diverged = state["diverged"]
     received_frozen.update(state["received_frozen"])

@@ -1,83 +1,58 @@
 """Figures and tables for the notebooks: one function per figure, one saver for all.
 
-`save_figure(fig, "02_partitions")` writes figures/02_partitions.{pdf,png} at the project
-root (atomically), `save_table(df, "02_partitions")` writes figures/02_partitions.csv.
+`save_figure(fig, "02_partitions", profile)` writes figures/02_partitions.{pdf,png} at the
+project root (atomically), `save_table(df, "02_partitions", profile)` writes
+figures/02_partitions.csv with floats to 6 significant digits (a rerun on another machine then
+rewrites the same text). Under the `smoke` profile both go to runs/smoke/figures/ instead, so a
+CI run never overwrites the committed cpu-profile figures: the profile is an explicit argument.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .io import atomic_write, project_root
 from .partition import label_counts
+from .profiles import PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
-           "select_profile"]
+           "TABLE_FLOAT_FORMAT"]
 
-PROFILES = ("smoke", "cpu", "paper")
-_active = {"profile": None}  # set by select_profile; smoke-profile outputs stay out of figures/
+TABLE_FLOAT_FORMAT = "%.6g"
 
 
-def select_profile(profile: str, **settings):
-    """The settings of `profile` (one keyword per profile), with a clear error for a typo.
-
-    It also records the profile: under `smoke`, save_figure/save_table write to runs/smoke/figures/
-    so that a CI run never overwrites the committed cpu-profile figures.
-    """
+def figures_dir(profile: str) -> Path:
+    """figures/ at the project root, or runs/smoke/figures/ under the smoke profile (created)."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {profile!r}")
-    if profile not in settings:
-        raise ValueError(f"no settings given for profile {profile!r}")
-    _active["profile"] = profile
-    return settings[profile]
-
-
-def figures_dir() -> Path:
-    from .cli import project_root
-
     root = project_root()
-    folder = root / "runs" / "smoke" / "figures" if _active["profile"] == "smoke" else root / "figures"
+    folder = root / "runs" / "smoke" / "figures" if profile == "smoke" else root / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 def _relative(path: Path) -> str:
-    from .cli import project_root
-
     return str(path.relative_to(project_root()))
 
 
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def save_figure(fig, name: str) -> list[str]:
-    """Write `fig` to figures/<name>.pdf and .png (runs/smoke/figures/ under the smoke profile);
-    returns the paths relative to the project root."""
-    folder = figures_dir()
+def save_figure(fig, name: str, profile: str) -> list[str]:
+    """Write `fig` to <figures_dir(profile)>/<name>.pdf and .png; returns the paths relative to the project root."""
+    folder = figures_dir(profile)
     out = []
     for ext in ("pdf", "png"):
         path = folder / f"{name}.{ext}"
-        _atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
-                                                       metadata={"CreationDate": None} if ext == "pdf" else None))
+        atomic_write(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
+                                                            metadata={"CreationDate": None} if ext == "pdf" else None))
         out.append(_relative(path))
     return out
 
 
-def save_table(df, name: str) -> str:
-    path = figures_dir() / f"{name}.csv"
-    _atomic(path, lambda tmp: df.to_csv(tmp))
+def save_table(df, name: str, profile: str) -> str:
+    """Write `df` to <figures_dir(profile)>/<name>.csv, floats as TABLE_FLOAT_FORMAT."""
+    path = figures_dir(profile) / f"{name}.csv"
+    atomic_write(path, lambda tmp: df.to_csv(tmp, float_format=TABLE_FLOAT_FORMAT))
     return _relative(path)
 
 

@@ -11,9 +11,11 @@ not a tuned value.
 
 from __future__ import annotations
 
-from .plots import select_profile
+from pathlib import Path
 
-__all__ = ["federated", "SELECTED_LR", "learning_rates", "PAPER_DATASETS"]
+__all__ = ["select", "federated", "SELECTED_LR", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root"]
+
+PROFILES = ("smoke", "cpu", "paper")
 
 SELECTED_LR = {
     "fedadagrad": 3e-3, "fedadam": 3e-3, "fedavg": 3e-2, "fedavgm": 3e-3, "feddyn": 3e-3, "fedfrozen": 3e-2,
@@ -21,6 +23,21 @@ SELECTED_LR = {
     "freeze_attn": 3e-2, "freeze_body": 3e-3, "freeze_kernel_at_init": 1e-2, "freeze_v": 3e-2, "scaffold": 3e-3,
 }
 PAPER_DATASETS = ("cifar10", "cifar100")
+
+
+def select(profile: str, **settings):
+    """The settings of `profile` (one keyword argument per profile), with a clear error for a typo."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {profile!r}")
+    if profile not in settings:
+        raise ValueError(f"no settings given for profile {profile!r}")
+    return settings[profile]
+
+
+def data_root() -> str:
+    """Where the paper profile reads datasets: the project's data/ seen from notebooks/ ("../data") when
+    run inside the repository, else "data" beside the notebook (e.g. /content/data on Colab)."""
+    return "../data" if Path("../pyproject.toml").is_file() and Path("../notebooks").is_dir() else "data"
 
 
 def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dataset: str = "cifar10") -> dict:
@@ -32,13 +49,13 @@ def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dat
     """
     if paper_dataset not in PAPER_DATASETS:
         raise ValueError(f"paper_dataset must be one of {', '.join(PAPER_DATASETS)}; got {paper_dataset!r}")
-    return select_profile(
+    return select(
         profile,
         smoke=dict(dataset="digits", rounds=3, warmup_rounds=1, n_clients=5, local_steps=2, eval_every=1,
                    model_kwargs=dict(embed_dim=16, depth=1, num_heads=2)),
         cpu=dict(dataset="digits", rounds=rounds, warmup_rounds=warmup_rounds, eval_every=5),
         paper=dict(dataset=paper_dataset, model="vit_cifar", rounds=200, warmup_rounds=50, n_clients=100,
-                   clients_per_round=10, eval_every=5, download=True, data_root="../data"))
+                   clients_per_round=10, eval_every=5, download=True, data_root=data_root()))
 
 
 def learning_rates(methods, overrides: dict | None = None) -> dict:

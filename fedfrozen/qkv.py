@@ -19,7 +19,9 @@ __all__ = ["SplitQKV", "SplitMultiheadAttention", "split_qkv", "merge_qkv", "par
            "group_sizes", "freeze", "unfreeze", "trainable_state", "load_trainable",
            "attention_kernels", "GROUPS"]
 
-GROUPS = ("qk", "v", "attn_out", "mlp", "norm", "embed", "head")
+GROUPS = ("qk", "v", "attn_out", "mlp", "norm", "embed", "head", "other")
+# "other": parameters no rule recognises (e.g. a model family's own local mixing layers); they train
+# like any other group and are never frozen unless named.
 
 
 class SplitQKV(nn.Module):
@@ -199,19 +201,27 @@ def merge_qkv(model: nn.Module) -> nn.Module:
 
 # --- parameter groups -------------------------------------------------------------------
 
+# parts of an attention module that shape the attention weights (the kernel): Q/K projections and
+# norms, a fused q+k projection (ConViT), logit temperatures and scales (XCiT, Swin-V2), talking-heads
+# mixing of logits and weights (CaiT), gated positional attention (ConViT), pooled queries/keys (MViT)
 _QK_PARTS = {"q", "k", "q_proj", "k_proj", "query", "key", "q_norm", "k_norm", "q_bias", "k_bias",
-             "logit_scale"}
-_V_PARTS = {"v", "v_proj", "value", "v_bias"}
+             "logit_scale", "qk", "temperature", "proj_l", "proj_w", "gating_param", "pos_proj",
+             "pool_q", "pool_k", "norm_q", "norm_k"}
+_V_PARTS = {"v", "v_proj", "value", "v_bias", "pool_v", "norm_v"}
+_LAYER_SCALES = {"ls1", "ls2", "ls3", "gamma_1", "gamma_2", "gamma_3", "gamma1", "gamma2", "gamma3", "layer_scale",
+                 "layer_scale1", "layer_scale2"}
 _ATTN_OUT_PARTS = {"proj", "out_proj", "o_proj", "output"}
 _EMBED_PARTS = {"patch_embed", "pos_embed", "cls_token", "reg_token", "dist_token", "absolute_pos_embed",
                 "relative_position_bias_table", "embed", "embedding", "embeddings", "downsample",
-                "reduction", "pos_drop", "token_embed"}
+                "reduction", "pos_drop", "token_embed", "stem", "pool", "rel_pos_h", "rel_pos_w",
+                "attention_biases", "pos_embed_fourier"}
+_EMBED_PREFIXES = ("patch_embed", "pos_embed", "cls_token", "dist_token")  # numbered copies: CoaT, CrossViT
 _HEAD_PARTS = {"head", "head_dist", "classifier", "fc_out", "decoder"}
 _MLP_PARTS = {"mlp", "ffn", "linear1", "linear2", "feed_forward", "fc1", "fc2"}
 _ATTN_MODULES = {"attn", "self_attn", "attention", "self_attention"}
 
 
-def _group_of(name: str, attn_prefixes: set) -> str | None:
+def _group_of(name: str, attn_prefixes: set) -> str:
     parts = name.split(".")
     mods = parts[:-1]
     # inside an attention module: Q/K, V, output projection
@@ -223,30 +233,34 @@ def _group_of(name: str, attn_prefixes: set) -> str | None:
             return "v"
         if any(m in _ATTN_OUT_PARTS for m in mods):
             return "attn_out"
-        if "relative_position_bias_table" in parts:
+        if any(m in ("relative_position_bias_table", "rel_pos_h", "rel_pos_w", "attention_biases") for m in parts):
             return "embed"
         if any("norm" in m for m in mods):
             return "norm"
     if any(m in _HEAD_PARTS for m in parts[:1]) or parts[0] in _HEAD_PARTS:
         return "head"
-    if any(m in _EMBED_PARTS for m in parts):
+    if any(m in _LAYER_SCALES for m in parts):
+        return "norm"
+    if any(m in _EMBED_PARTS for m in parts) or parts[0].startswith(_EMBED_PREFIXES):
         return "embed"
     if any(m in _MLP_PARTS for m in mods):
         return "mlp"
-    if any("norm" in m or m in ("ln", "ls1", "ls2", "gamma_1", "gamma_2") for m in parts):
+    if any("norm" in m or m == "ln" for m in parts):
         return "norm"
     if parts[0] == "fc" and len(parts) == 2:  # a top-level classifier named fc
         return "head"
-    return None
+    return "other"
 
 
 def param_groups(model: nn.Module) -> dict[str, list[str]]:
     """Every parameter name in exactly one of GROUPS.
 
-    qk: W_Q, W_K, their biases, q_norm/k_norm (they fix the attention kernel); v: W_V and its
-    bias; attn_out: the attention output projection; mlp; norm (incl. layer scales); embed
-    (patch/position embeddings, class/register tokens, relative position tables, patch
-    merging); head. A name no rule places raises ValueError listing it.
+    qk: W_Q, W_K, their biases, q_norm/k_norm and whatever else shapes the attention weights
+    (temperatures, talking-heads mixing, gated positional attention); v: W_V and its bias;
+    attn_out: the attention output projection; mlp; norm (incl. layer scales); embed
+    (patch/position embeddings, class/register tokens, relative position tables, stems, patch
+    merging and pooling); head; other: what no rule recognises (listed by `group_sizes`), so
+    that every model that split gets groups.
     """
     attn_prefixes = {n for n, m in model.named_modules()
                      if isinstance(m, (SplitQKV, SplitMultiheadAttention, nn.MultiheadAttention))
@@ -257,13 +271,8 @@ def param_groups(model: nn.Module) -> dict[str, list[str]]:
     if fused:
         raise ValueError(f"fused QKV parameters {fused[:3]}: call fedfrozen.qkv.split_qkv(model) first")
     groups = {g: [] for g in GROUPS}
-    unplaced = []
     for name, _ in model.named_parameters():
-        g = _group_of(name, attn_prefixes)
-        (groups[g] if g else unplaced).append(name)
-    if unplaced:
-        raise ValueError(f"param_groups cannot place these parameters of {type(model).__name__}: "
-                         f"{unplaced[:10]}")
+        groups[_group_of(name, attn_prefixes)].append(name)
     return groups
 
 

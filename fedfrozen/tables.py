@@ -3,14 +3,68 @@
 `summarise(cfgs, hists)` turns runs into a DataFrame of their settings and headline numbers
 (final accuracy, worst-10% client accuracy, rounds and bytes to a target accuracy, stability
 over the last evaluations, upload, time per round by stage); `mean_std(df, by, cols)` aggregates
-over seeds and `format_mean_std` prints "mean ± std".
+over seeds and `format_mean_std` prints "mean ± std". `compare` is the one rule every notebook
+uses to say whether a difference holds (SPREAD_RULE).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["summarise", "mean_std", "format_mean_std"]
+__all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "SPREAD_RULE"]
+
+SPREAD_RULE = ("a difference holds (is 'beyond the spread') when |mean_a - mean_b| > max(std_a, std_b): the "
+               "larger of the two sample standard deviations over seeds (ddof 1); a single run has no spread (0)")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Mean of a against mean of b, judged by SPREAD_RULE."""
+
+    mean_a: float
+    mean_b: float
+    spread: float  # max(std_a, std_b)
+
+    @property
+    def gap(self) -> float:
+        return self.mean_a - self.mean_b
+
+    @property
+    def beyond(self) -> bool:
+        """True when the difference holds: |gap| > spread."""
+        return abs(self.gap) > self.spread
+
+    @property
+    def verdict(self) -> str:
+        """'higher' or 'lower' (a against b) when beyond the spread, else 'within the spread'."""
+        if not self.beyond:
+            return "within the spread"
+        return "higher" if self.gap > 0 else "lower"
+
+    def __str__(self) -> str:
+        return f"{self.mean_a:.3f} vs {self.mean_b:.3f} ({self.gap:+.3f}): {self.verdict} (spread {self.spread:.3f})"
+
+
+def _std(x) -> float:
+    return 0.0 if x is None or not math.isfinite(float(x)) else float(x)
+
+
+def compare(stats, a, b, col: str = "final_acc") -> Comparison:
+    """Row `a` against row `b` of a mean_std table in column `col` (SPREAD_RULE)."""
+    return Comparison(float(stats.loc[a, (col, "mean")]), float(stats.loc[b, (col, "mean")]),
+                      max(_std(stats.loc[a, (col, "std")]), _std(stats.loc[b, (col, "std")])))
+
+
+def compare_runs(values_a, values_b) -> Comparison:
+    """Per-seed values of a against those of b (SPREAD_RULE)."""
+    a, b = np.asarray(values_a, dtype=float), np.asarray(values_b, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("compare_runs needs at least one value on each side")
+    sd = lambda v: float(v.std(ddof=1)) if v.size > 1 else 0.0  # noqa: E731
+    return Comparison(float(a.mean()), float(b.mean()), max(sd(a), sd(b)))
 
 SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")
 

@@ -110,7 +110,7 @@ def test_aggregation_weights_by_sample_count():
     for cid in range(3):
         s.flat.data.copy_(x0)
         opt = loop._make_optimizer(cfg, s.flat)
-        seed = loop._seed(cfg.seed, 0, cid, 105)
+        seed = loop.derive_seed(cfg.seed, 0, cid, 105)
         torch.manual_seed(seed)
         loop._local_train(s, opt, s.client_train[cid], torch.Generator().manual_seed(seed), steps=cfg.local_steps,
                           anchor=x0)
@@ -145,16 +145,17 @@ def test_same_config_same_history():
 
 @pytest.mark.parametrize("method", ["fedfrozen", "scaffold", "fedadam"])
 def test_resume_equals_uninterrupted(tmp_path, method):
-    cfg = tiny_config(method=method, rounds=4, warmup_rounds=2, clients_per_round=3,
-                      checkpoint_dir=str(tmp_path), checkpoint_every=10)
+    cfg = tiny_config(method=method, rounds=4, warmup_rounds=2, clients_per_round=3)
+    ckpt = tmp_path / "checkpoint.pt"
     full = ff.run(cfg, progress=False)
-    stopped = ff.run(cfg, callbacks=[lambda r, row, h: r == 1], progress=False)  # stop after round 1
+    stopped = ff.run(cfg, callbacks=[lambda r, row, h: r == 1], checkpoint=ckpt, checkpoint_every=10,
+                     progress=False)  # stop after round 1 (a stop writes a checkpoint)
     assert len(stopped) == 2
-    resumed = ff.run(cfg, resume_from=tmp_path / "checkpoint.pt", progress=False)
+    resumed = ff.run(cfg, resume_from=ckpt, progress=False)
     assert len(resumed) == 4
     assert full.same_as(resumed)
     with pytest.raises(ValueError, match="different config.*seed"):
-        ff.run(cfg.replace(seed=5), resume_from=tmp_path / "checkpoint.pt", progress=False)
+        ff.run(cfg.replace(seed=5), resume_from=ckpt, progress=False)
 
 
 def test_huge_learning_rate_is_detected_as_divergence():
@@ -168,13 +169,13 @@ def test_cache_hit_does_not_train_again(tmp_path, monkeypatch):
     cfg = tiny_config(rounds=1)
     first = ff.run_or_load(cfg, root=str(tmp_path), experiment="t", progress=False)
     assert not first.cached
-    folder = tmp_path / "t" / ff.results.config_key(cfg)
+    folder = tmp_path / "t" / ff.experiments.config_key(cfg)
     assert {p.name for p in folder.iterdir()} == {"config.json", "env.json", "history.json"}
     monkeypatch.setattr(loop, "run", lambda *a, **k: pytest.fail("trained again"))
     second = ff.run_or_load(cfg, root=str(tmp_path), experiment="t")
     assert second.cached and second.same_as(first)
     assert second.env["torch"] == torch.__version__
-    assert ff.results.config_key(cfg) != ff.results.config_key(cfg.replace(seed=1))
+    assert ff.experiments.config_key(cfg) != ff.experiments.config_key(cfg.replace(seed=1))
 
 
 def test_history_save_load_and_frame(tmp_path):
@@ -226,7 +227,7 @@ def test_client_splits_are_disjoint_and_cover_the_pool():
     (dict(partition="zipf"), "partition"),
     (dict(local_objective="feddyn"), "feddyn"),
     (dict(init="public"), "public_fraction"),
-    (dict(checkpoint_every=2), "checkpoint_dir"),
+    (dict(scaffold_variant="option3"), "scaffold_variant"),
 ])
 def test_bad_config_names_the_field(kw, field):
     with pytest.raises(ValueError, match=field):

@@ -13,12 +13,37 @@ def test_smoke_profile_figures_stay_out_of_figures(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text("")
     monkeypatch.chdir(tmp_path)
     fig, _ = plt.subplots()
-    plots.select_profile("smoke", smoke=1, cpu=2)
-    assert plots.save_figure(fig, "99_x") == ["runs/smoke/figures/99_x.pdf", "runs/smoke/figures/99_x.png"]
-    assert plots.select_profile("cpu", smoke=1, cpu=2) == 2
-    assert plots.save_figure(fig, "99_x")[1] == "figures/99_x.png" and (tmp_path / "figures" / "99_x.png").exists()
+    assert plots.save_figure(fig, "99_x", "smoke") == ["runs/smoke/figures/99_x.pdf", "runs/smoke/figures/99_x.png"]
+    assert not (tmp_path / "figures").exists()
+    assert plots.save_figure(fig, "99_x", "cpu")[1] == "figures/99_x.png" and (tmp_path / "figures" / "99_x.png").exists()
     with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
-        plots.select_profile("gpu", smoke=1)
+        plots.save_figure(fig, "99_x", "gpu")
+
+
+def test_select_profile_names_a_typo():
+    from fedfrozen.profiles import select
+
+    assert select("cpu", smoke=1, cpu=2) == 2
+    with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
+        select("gpu", smoke=1)
+    with pytest.raises(ValueError, match="no settings given for profile 'paper'"):
+        select("paper", smoke=1)
+
+
+def test_tables_are_written_at_a_fixed_precision(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from fedfrozen import plots
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    a = pd.DataFrame({"x": [0.1 + 0.2, 1 / 3]})
+    b = pd.DataFrame({"x": [0.3 + 1e-15, 1 / 3 - 1e-16]})   # what another machine's rerun may compute
+    plots.save_table(a, "t", "cpu")
+    first = (tmp_path / "figures" / "t.csv").read_text()
+    plots.save_table(b, "t", "cpu")
+    assert (tmp_path / "figures" / "t.csv").read_text() == first == ",x\n0,0.3\n1,0.333333\n"
 
 
 def test_progress_bar_can_be_silenced(monkeypatch):

@@ -50,12 +50,11 @@ def test_learning_rates_use_overrides_first_and_name_unknown_methods():
         ff.profiles.learning_rates(["my_method"])
 
 
-def test_selected_lr_covers_every_preset():
-    assert set(ff.profiles.SELECTED_LR) == set(ff.algorithms.PRESETS)
+def test_selected_lr_covers_every_builtin_method():
+    assert set(ff.profiles.SELECTED_LR) == set(ff.methods.names())
 
 
-def test_federated_profiles_build_valid_configs(monkeypatch):
-    monkeypatch.setitem(ff.plots._active, "profile", None)  # select_profile records the profile; restore it
+def test_federated_profiles_build_valid_configs():
     for profile in ("smoke", "cpu", "paper"):
         ff.Config(method="fedfrozen", **ff.profiles.federated(profile))  # validated on construction
     assert ff.profiles.federated("cpu", rounds=30, warmup_rounds=7)["warmup_rounds"] == 7
@@ -65,3 +64,25 @@ def test_federated_profiles_build_valid_configs(monkeypatch):
         ff.profiles.federated("paper", paper_dataset="svhn")
     with pytest.raises(ValueError, match="profile"):
         ff.profiles.federated("gpu")
+
+
+def test_one_spread_rule_closed_forms():
+    # a: mean 0.5, sample std 0.1; b: mean 0.3, sample std 0.05 -> spread 0.1, gap 0.2 > 0.1 -> holds
+    c = ff.tables.compare_runs([0.4, 0.5, 0.6], [0.25, 0.3, 0.35])
+    assert c.mean_a == pytest.approx(0.5) and c.spread == pytest.approx(0.1) and c.beyond and c.verdict == "higher"
+    assert ff.tables.compare_runs([0.25, 0.3, 0.35], [0.4, 0.5, 0.6]).verdict == "lower"
+    # gap 0.05 <= spread 0.1: within
+    c = ff.tables.compare_runs([0.4, 0.5, 0.6], [0.45, 0.45, 0.45])
+    assert not c.beyond and c.verdict == "within the spread"
+    # a gap exactly equal to the spread does not hold; one run per side has no spread
+    assert not ff.tables.Comparison(0.6, 0.5, 0.1 + 1e-12).beyond
+    assert ff.tables.compare_runs([0.51], [0.5]).beyond
+    with pytest.raises(ValueError, match="at least one value"):
+        ff.tables.compare_runs([], [0.5])
+
+
+def test_compare_reads_a_mean_std_table_and_agrees_with_compare_runs():
+    df = pd.DataFrame({"method": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2,
+                       "final_acc": [0.4, 0.5, 0.6, 0.25, 0.3, 0.35]})
+    stats = ff.tables.mean_std(df, "method", ["final_acc"])
+    assert ff.tables.compare(stats, "a", "b") == ff.tables.compare_runs([0.4, 0.5, 0.6], [0.25, 0.3, 0.35])

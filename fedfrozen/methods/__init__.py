@@ -1,0 +1,23 @@
+"""Federated methods as hooks on one round loop, and the registry of their names.
+
+    fedfrozen.methods.Method         the hooks, FedAvg's behaviour by default (base.py)
+    fedfrozen.methods.register(...)  add a method; build(cfg) makes one; describe() lists them
+    components: objective.py (plain, prox), scaffold.py, feddyn.py, fedopt.py (server steps),
+                freezing.py (schedules)
+
+Update rules and sources: docs/methods.md.
+"""
+
+from .base import LOCAL_OBJECTIVES, Method
+from .fedopt import DEFAULT_SERVER_LR, SERVER_STEPS, ServerOptimizer
+from .freezing import FREEZE_SCHEDULES, FreezeSchedule
+from .objective import LocalObjective
+from .registry import build, composition, describe, names, register, unregister
+from .scaffold import scaffold_variant
+
+SERVER_OPTIMIZERS = tuple(SERVER_STEPS)
+SCAFFOLD_VARIANTS = ("auto", "gradient", "update")
+
+__all__ = ["Method", "LocalObjective", "FreezeSchedule", "ServerOptimizer", "register", "unregister", "names",
+           "describe", "build", "composition", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS", "SERVER_STEPS",
+           "FREEZE_SCHEDULES", "DEFAULT_SERVER_LR", "SCAFFOLD_VARIANTS", "scaffold_variant"]

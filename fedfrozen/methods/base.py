@@ -1,0 +1,175 @@
+"""`Method`: the hooks the round loop calls, with FedAvg's behaviour as every default.
+
+A method is one object. The loop (fedfrozen.loop.run) owns the resident model, the flat
+buffers and the order of events; at each point where methods differ it calls a hook:
+
+    setup(setup)                                  once, before round 0 (or a resume)
+    per round r:
+      frozen_groups(r)                            groups no client trains this round (stage switch when it changes)
+      on_stage_switch(frozen)                     when frozen_groups changed: drop state of the old stage
+      sample_clients(r)                           participation
+      begin_round(r, sampled)
+      per sampled client i:
+        client_mask(r, i)                         finer per-client trainable mask over the flat vector (None: all trainable)
+        init_client(r, i, opt, mask)              client optimiser state / pre-training work (SCAFFOLD option I)
+        anchor_coeff(), correction(i),            the local objective's gradient terms
+        value_penalty(r)
+        after_client(r, i, delta, steps, lr, mask)
+        client_bytes(r, i, payload)               exact bytes down and up
+        aggregate(acc, i, delta, weight)          fold the upload into the round's accumulator (in place)
+      server_update(r, x, acc, mask, sampled)     the server step on the aggregated update
+      on_round_end(r, row, history)               sees the History row; True stops the run
+    state_dict() / load_state_dict()              everything needed for a bit-exact resume
+
+Most methods are compositions of three parts, each replaceable by name through Config: a local
+objective (fedfrozen.methods.objective, .scaffold, .feddyn), a server optimiser (.fedopt) and a
+freezing schedule (.freezing). A new method either names a composition in the registry or
+subclasses Method and overrides the hooks it changes (docs/methods.md has an example).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..rng import derive_seed
+from .feddyn import FedDyn
+from .fedopt import ServerOptimizer
+from .freezing import FREEZE_SCHEDULES
+from .objective import LocalObjective, Prox
+from .scaffold import Scaffold
+
+__all__ = ["Method", "LOCAL_OBJECTIVES"]
+
+LOCAL_OBJECTIVES = {"plain": LocalObjective, "prox": Prox, "scaffold": Scaffold, "feddyn": FedDyn}
+
+
+class Method:
+    """FedAvg, and the composition of a local objective, a server optimiser and a freezing schedule.
+
+    local, server, schedule: component names (Config.local_objective, server_opt and
+    freeze_schedule override them); frozen: the groups the schedule freezes, None for cfg.freeze.
+    """
+
+    name = "fedavg"
+
+    def __init__(self, cfg, *, local: str = "plain", server: str = "avg", schedule: str = "none",
+                 frozen: tuple | None = ()):
+        self.cfg = cfg
+        local = cfg.local_objective or local
+        server = cfg.server_opt or server
+        schedule = cfg.freeze_schedule or schedule
+        if frozen is None or (cfg.freeze_schedule and not frozen):
+            frozen = tuple(cfg.freeze)
+        if schedule == "none":
+            frozen = ()
+        if (local == "feddyn") != (server == "feddyn"):
+            raise ValueError("local_objective 'feddyn' and server_opt 'feddyn' go together "
+                             f"(got local={local!r}, server={server!r})")
+        for field, value, table in (("local_objective", local, LOCAL_OBJECTIVES),
+                                    ("freeze_schedule", schedule, FREEZE_SCHEDULES)):
+            if value not in table:
+                raise ValueError(f"{field} must be one of {', '.join(table)}; got {value!r}")
+        self.local = LOCAL_OBJECTIVES[local](cfg)
+        self.server = ServerOptimizer(server, cfg)
+        self.schedule = FREEZE_SCHEDULES[schedule](cfg, tuple(frozen))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.name!r}: local={self.local.name}, server={self.server.kind}, "
+                f"schedule={self.schedule.name}, frozen={self.schedule.groups})")
+
+    # --- setup --------------------------------------------------------------------------------
+    def setup(self, setup) -> None:
+        """Allocate state; `setup` is the loop's Setup (model, flat buffers, client data)."""
+        self.s = setup
+        self.local.setup(setup.flat.numel, setup.device)
+        self.server.setup(setup.flat.numel, setup.device)
+
+    # --- participation ------------------------------------------------------------------------
+    def sample_clients(self, r: int) -> list[int]:
+        """Clients of round r: clients_per_round drawn uniformly without replacement (all when unset)."""
+        cfg = self.cfg
+        m = cfg.clients_per_round or cfg.n_clients
+        if m >= cfg.n_clients:
+            return list(range(cfg.n_clients))
+        rng = np.random.default_rng(derive_seed(cfg.seed, r, 104))
+        return sorted(int(i) for i in rng.choice(cfg.n_clients, size=m, replace=False))
+
+    # --- what trains --------------------------------------------------------------------------
+    @property
+    def freeze_at(self) -> int | None:
+        return self.schedule.freeze_at
+
+    @property
+    def frozen_groups_all(self) -> tuple:
+        """The groups the schedule freezes once it freezes."""
+        return self.schedule.groups
+
+    def frozen_groups(self, r: int) -> tuple:
+        """Groups no client trains, uploads or aggregates in round r."""
+        return self.schedule.frozen_at(r)
+
+    def client_mask(self, r: int, cid: int) -> torch.Tensor | None:
+        """A 0/1 float mask over the flat parameters that client `cid` trains in round r, within the
+        trainable groups; None trains them all. Masked entries get no gradient and no weight decay."""
+        return None
+
+    def on_stage_switch(self, frozen: tuple) -> None:
+        """The frozen groups changed: server and client state of the old stage are dropped."""
+        self.server.reset()
+        self.local.reset()
+
+    # --- local objective ----------------------------------------------------------------------
+    def value_penalty(self, r: int) -> float:
+        """lambda of the value penalty this round: value_l2 once something is frozen (or always with value_l2_warmup)."""
+        frozen = bool(self.frozen_groups(r))
+        return self.cfg.value_l2 if (frozen or self.cfg.value_l2_warmup) else 0.0
+
+    def anchor_coeff(self) -> float:
+        return self.local.anchor_coeff()
+
+    def correction(self, cid: int) -> torch.Tensor | None:
+        return self.local.correction(cid)
+
+    def begin_round(self, r: int, sampled: list[int]) -> None:
+        self.local.begin_round()
+
+    def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
+        """Before client `cid` trains (the model holds the global weights, `opt` a fresh state)."""
+        self.local.before_client(r, cid, self.s, mask)
+
+    def after_client(self, r: int, cid: int, delta: torch.Tensor, steps: int, lr: float,
+                     mask: torch.Tensor) -> None:
+        self.local.after_client(cid, delta, steps, lr, mask)
+
+    # --- communication and aggregation --------------------------------------------------------
+    def client_bytes(self, r: int, cid: int, payload: int) -> tuple[int, int]:
+        """(down, up) bytes of client `cid`, given the bytes of what it trains (`payload`)."""
+        f = self.local.exchange_factor
+        return f * payload, f * payload
+
+    def aggregate(self, acc: torch.Tensor, cid: int, delta: torch.Tensor, weight: float) -> None:
+        """Fold client `cid`'s update into the round's accumulator: the p_i-weighted sum."""
+        acc.add_(delta, alpha=weight)
+
+    def server_update(self, r: int, x: torch.Tensor, acc: torch.Tensor, mask: torch.Tensor,
+                      sampled: list[int]) -> None:
+        """Step the global weights x (in place) from the aggregate, on the trainable entries only."""
+        self.server.step(x, acc, mask, len(sampled), self.cfg.n_clients)
+        self.local.end_round(len(sampled), self.cfg.n_clients, mask)
+
+    # --- per round ----------------------------------------------------------------------------
+    def on_round_end(self, r: int, row: dict, history) -> bool | None:
+        """After the History row of round r is appended; True stops the run."""
+        self.schedule.on_round_end(r, row, history)
+        return None
+
+    # --- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"server": self.server.state_dict(), "local": self.local.state_dict(),
+                "schedule": self.schedule.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.server.load_state_dict(state["server"])
+        self.local.load_state_dict(state["local"])
+        self.schedule.load_state_dict(state["schedule"])

@@ -1,0 +1,49 @@
+"""FedDyn (Acar et al., ICLR 2021): dynamic regularisation; a local objective and a server step that go together.
+
+Client i keeps h_i (the running sum of its past updates, times -alpha): its local gradient is
+g - h_i + alpha (x - x^r), and after the round h_i -= alpha Delta_i. The server keeps
+h -= alpha |S|/N Delta (Delta the weighted mean update) and sets x^{r+1} = x^r + Delta - h/alpha.
+See docs/methods.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .objective import ClientVectors, LocalObjective
+
+__all__ = ["FedDyn", "feddyn_step"]
+
+
+class FedDyn(LocalObjective):
+    name = "feddyn"
+
+    def setup(self, numel: int, device) -> None:
+        super().setup(numel, device)
+        self.client = ClientVectors(numel, device)
+
+    def anchor_coeff(self) -> float:
+        return self.cfg.feddyn_alpha
+
+    def correction(self, cid: int) -> torch.Tensor:
+        return -self.client[cid]
+
+    def after_client(self, cid: int, delta: torch.Tensor, steps: int, lr: float, mask: torch.Tensor) -> None:
+        self.client[cid].sub_(delta * mask, alpha=self.cfg.feddyn_alpha)
+
+    def reset(self) -> None:
+        self.client.clear()
+
+    def state_dict(self) -> dict:
+        return {"client": self.client.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.client.load_state_dict(state["client"])
+
+
+def feddyn_step(buf, delta, mask, cfg, lr, n_sampled, n_clients):
+    """FedDyn's server update: h -= alpha |S|/N Delta; returns Delta - h/alpha."""
+    h = buf("h")
+    alpha = cfg.feddyn_alpha
+    h.sub_(delta * mask, alpha=alpha * n_sampled / n_clients)
+    return delta - h / alpha

@@ -1,0 +1,87 @@
+"""Local objectives: what a client's step adds to its data gradient, and the client state it keeps.
+
+The base class is plain local training (FedAvg: no terms, no state); every other objective
+overrides only what it changes. Per step the loop adds `anchor_coeff() * (x - x^r)` and the
+constant `correction(cid)` to the flat gradient; both are vector ops and only run when the
+objective asks for them. Update rules: docs/methods.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["LocalObjective", "Prox", "ClientVectors"]
+
+
+class ClientVectors:
+    """One flat vector per client, created at zero on first use (SCAFFOLD's c_i, FedDyn's h_i)."""
+
+    def __init__(self, numel: int, device):
+        self.numel, self.device = numel, device
+        self.vec: dict[int, torch.Tensor] = {}
+
+    def __getitem__(self, cid: int) -> torch.Tensor:
+        if cid not in self.vec:
+            self.vec[cid] = torch.zeros(self.numel, device=self.device)
+        return self.vec[cid]
+
+    def clear(self) -> None:
+        self.vec.clear()
+
+    def state_dict(self) -> dict:
+        return {str(k): v for k, v in self.vec.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.vec = {int(k): v.to(self.device) for k, v in state.items()}
+
+
+class LocalObjective:
+    """Plain local training: the data gradient alone, no client state (FedAvg)."""
+
+    name = "plain"
+    exchange_factor = 1  # payloads exchanged per client and round, each way, in units of the trainable weights
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def setup(self, numel: int, device) -> None:
+        """Allocate state for a flat parameter vector of `numel` entries."""
+        self.numel, self.device = numel, device
+
+    def anchor_coeff(self) -> float:
+        """Coefficient of (x - x^r) in every local gradient step (0: none)."""
+        return 0.0
+
+    def correction(self, cid: int) -> torch.Tensor | None:
+        """A constant vector added to every local gradient of client `cid` this round (None: none)."""
+        return None
+
+    def begin_round(self) -> None:
+        """Before the round's first client."""
+
+    def before_client(self, r: int, cid: int, setup, mask: torch.Tensor) -> None:
+        """Before client `cid` trains; the resident model holds the round's global weights."""
+
+    def after_client(self, cid: int, delta: torch.Tensor, steps: int, lr: float, mask: torch.Tensor) -> None:
+        """After client `cid` trained `steps` steps at rate `lr`; delta = x_i - x^r."""
+
+    def end_round(self, n_sampled: int, n_clients: int, mask: torch.Tensor) -> None:
+        """After the server step."""
+
+    def reset(self) -> None:
+        """At a stage switch: drop all state (it must not cover newly frozen groups)."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what state_dict returned."""
+
+
+class Prox(LocalObjective):
+    """FedProx: local loss + (mu/2)||x - x^r||^2, i.e. mu (x - x^r) added to every gradient."""
+
+    name = "prox"
+
+    def anchor_coeff(self) -> float:
+        return self.cfg.prox_mu

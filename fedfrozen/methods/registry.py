@@ -1,0 +1,99 @@
+"""The method registry: name -> (factory, composition, one-line summary).
+
+`Config.method` names an entry; `build(cfg)` makes the Method. The built-in presets are
+compositions of the base Method's three components; a plugin registers its own class:
+
+    class FreezeHeadFrom2(ff.methods.Method):
+        def frozen_groups(self, r):
+            return ("head",) if r >= 2 else ()
+    ff.methods.register("freeze_head_from_2", FreezeHeadFrom2, summary="FedAvg, head frozen from round 2")
+    ff.run(ff.Config(method="freeze_head_from_2"))
+
+A registered plugin lives in this process: `run_many` with several workers spawns fresh
+processes, which see it only if the module that registers it is imported there too
+(or pass workers=1).
+"""
+
+from __future__ import annotations
+
+from ..qkv import GROUPS
+from .base import Method
+
+__all__ = ["register", "unregister", "names", "describe", "build", "composition"]
+
+_REGISTRY: dict[str, tuple] = {}
+
+
+def register(name: str, factory=Method, *, summary: str, replace: bool = False, **composition) -> None:
+    """Register method `name`: `build(cfg)` returns `factory(cfg, **composition)`.
+
+    factory: Method or a subclass (any callable taking the Config and returning a Method);
+    composition: keyword arguments for it, e.g. local="prox", server="adam", schedule="warmup",
+    frozen=("qk",) (None: the config's `freeze`). summary: one line for `fedfrozen methods`.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"method name must be an identifier; got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable (a Method subclass); got {factory!r}")
+    if not summary or not isinstance(summary, str):
+        raise ValueError(f"register({name!r}): give a one-line summary")
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"method {name!r} is already registered (pass replace=True to redefine it)")
+    _REGISTRY[name] = (factory, dict(composition), summary)
+
+
+def unregister(name: str) -> None:
+    """Remove `name` from the registry (a test's or notebook's plugin)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"no method {name!r} is registered")
+    del _REGISTRY[name]
+
+
+def names() -> tuple:
+    """Registered method names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def describe() -> dict:
+    """{name: one-line summary} of every registered method."""
+    return {n: s for n, (_, _, s) in _REGISTRY.items()}
+
+
+def composition(name: str) -> dict:
+    """The component choices a preset was registered with (empty for a plugin class with defaults)."""
+    return dict(_REGISTRY[name][1])
+
+
+def build(cfg) -> Method:
+    """The Method of `cfg.method`, with the config's component overrides applied."""
+    if cfg.method not in _REGISTRY:
+        raise ValueError(f"method must be one of {', '.join(_REGISTRY)}; got {cfg.method!r}")
+    factory, comp, _ = _REGISTRY[cfg.method]
+    method = factory(cfg, **comp)
+    if not isinstance(method, Method):
+        raise TypeError(f"method {cfg.method!r}: its factory returned {type(method).__name__}, not a Method")
+    method.name = cfg.method
+    return method
+
+
+_BODY = tuple(g for g in GROUPS if g not in ("head", "other"))
+_PRESETS = [
+    ("fedavg", {}, "FedAvg: local training, p_i-weighted mean of the updates"),
+    ("fedprox", dict(local="prox"), "FedProx: + (mu/2)||x - x^r||^2 in the local loss"),
+    ("scaffold", dict(local="scaffold"), "SCAFFOLD: control variates c - c_i on every local step"),
+    ("fedavgm", dict(server="momentum"), "FedAvgM: server momentum on the mean update"),
+    ("fedadam", dict(server="adam"), "FedAdam: server Adam on the mean update (Reddi et al.)"),
+    ("fedyogi", dict(server="yogi"), "FedYogi: server Yogi on the mean update"),
+    ("fedadagrad", dict(server="adagrad"), "FedAdagrad: server Adagrad on the mean update"),
+    ("feddyn", dict(local="feddyn", server="feddyn"), "FedDyn: dynamic regulariser and its server step"),
+    ("fedfrozen", dict(schedule="warmup", frozen=None), "FedFrozen: FedAvg, then Q/K frozen from round T0"),
+    ("fedfrozen_prox", dict(local="prox", schedule="warmup", frozen=None), "FedFrozen with FedProx local steps"),
+    ("fedfrozen_scaffold", dict(local="scaffold", schedule="warmup", frozen=None), "FedFrozen with SCAFFOLD"),
+    ("fedfrozen_adam", dict(server="adam", schedule="warmup", frozen=None), "FedFrozen with a FedAdam server"),
+    ("freeze_v", dict(schedule="warmup", frozen=("v",)), "ablation: freeze the value block from T0"),
+    ("freeze_attn", dict(schedule="warmup", frozen=("qk", "v", "attn_out")), "ablation: freeze all attention from T0"),
+    ("freeze_kernel_at_init", dict(schedule="start", frozen=("qk",)), "ablation: the random initial kernel, frozen"),
+    ("freeze_body", dict(schedule="warmup", frozen=_BODY), "ablation: freeze all but the head from T0 (FedBABU-like)"),
+]
+for _name, _comp, _summary in _PRESETS:
+    register(_name, Method, summary=_summary, **_comp)
