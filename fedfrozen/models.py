@@ -14,7 +14,7 @@ from torch import nn
 
 __all__ = ["create", "LinearAttention", "PROJECT_MODELS"]
 
-# name -> VisionTransformer keyword arguments (sizes checked in tests/test_models.py)
+# name -> VisionTransformer keyword arguments (sizes checked in tests/test_qkv.py)
 PROJECT_MODELS = {
     "vit_digits": dict(img_size=8, patch_size=2, in_chans=1, embed_dim=48, depth=3, num_heads=4,
                        mlp_ratio=2.0, qkv_bias=True, global_pool="avg"),

@@ -73,25 +73,6 @@ def test_scaffold_control_variates_start_at_zero_and_use_s_over_n():
     assert torch.allclose(st.correction(0), expected - (-d1))
 
 
-def test_scaffold_is_fedavg_when_every_client_holds_the_same_data(setups, monkeypatch):
-    from fedfrozen import loop
-
-    original = loop.Setup.__init__
-
-    def same_data(self, *a, **k):
-        original(self, *a, **k)
-        self.client_train = [self.client_train[0]] * len(self.client_train)
-        self.client_sizes[:] = self.client_sizes[0]
-
-    monkeypatch.setattr(loop.Setup, "__init__", same_data)
-    kw = dict(optimizer="sgd", momentum=0.0, weight_decay=0.0, lr=0.05, batch_size=10_000, local_steps=3, rounds=3)
-    avg = ff.run(tiny_config(method="fedavg", **kw), progress=False).to_frame()
-    sca = ff.run(tiny_config(method="scaffold", **kw), progress=False).to_frame()
-    for col in ["train_loss", "test_loss", "test_acc"]:
-        assert (avg[col] - sca[col]).abs().max() < 1e-5, col
-    assert (sca["bytes_up"] == 2 * avg["bytes_up"]).all() and (sca["bytes_down"] == 2 * avg["bytes_down"]).all()
-
-
 def test_feddyn_and_components_compose():
     m = M.build(tiny_config(method="fedfrozen", server_opt="yogi", local_objective="prox"))
     assert (m.local.name, m.server.kind, m.frozen_groups_all, m.freeze_at) == ("prox", "yogi", ("qk",), 1)
@@ -142,3 +123,153 @@ def test_method_state_is_reset_at_the_switch_and_stays_off_frozen_groups(method,
     assert state_after.abs().sum() > 0
     if method == "fedfrozen_scaffold":
         assert all(torch.equal(c_i[qk], torch.zeros_like(c_i[qk])) for c_i in after["local"]["client"].values())
+
+
+# --- the registry is open: methods defined outside the package -------------------------------
+
+class FreezeHeadFrom2(M.Method):
+    """A plugin: FedAvg with the head frozen from round 2 (overrides one hook)."""
+
+    def frozen_groups(self, r):
+        return ("head",) if r >= 2 else ()
+
+
+@pytest.fixture
+def plugin():
+    M.register("toy_freeze_head", FreezeHeadFrom2, summary="FedAvg, head frozen from round 2")
+    yield "toy_freeze_head"
+    M.unregister("toy_freeze_head")
+
+
+def test_a_plugin_method_runs_through_ff_run_and_equals_its_composition(plugin, setups):
+    heads = []
+    head = lambda: setups[-1].flat.data[setups[-1].flat.group_slice("head")].clone()  # noqa: E731
+    toy = ff.run(tiny_config(method=plugin, rounds=4), callbacks=[lambda r, row, h: heads.append(head())],
+                 progress=False)
+    assert [r["stage"] for r in toy.rows] == [1, 1, 2, 2]
+    assert torch.equal(heads[1], heads[2]) and torch.equal(heads[2], heads[3])   # frozen from round 2
+    assert not torch.equal(heads[0], heads[1])
+    same = ff.run(tiny_config(method="fedavg", freeze_schedule="warmup", freeze=("head",), warmup_rounds=2,
+                              rounds=4), progress=False)
+    assert toy.same_as(same)
+    assert plugin in M.describe()
+
+
+def test_registry_errors_name_the_problem(plugin):
+    with pytest.raises(ValueError, match="already registered"):
+        M.register(plugin, FreezeHeadFrom2, summary="again")
+    with pytest.raises(ValueError, match="identifier"):
+        M.register("not a name", summary="x")
+    with pytest.raises(ValueError, match="summary"):
+        M.register("nosummary", summary="")
+    with pytest.raises(ValueError, match="method must be one of fedavg.*toy_freeze_head"):
+        tiny_config(method="toy_freeze_hea")
+    M.unregister(plugin)
+    with pytest.raises(ValueError, match="method must be one of"):
+        tiny_config(method=plugin)
+    M.register(plugin, FreezeHeadFrom2, summary="FedAvg, head frozen from round 2")  # for the fixture's teardown
+
+
+class MaskOddHeadsOfClient0(M.Method):
+    """A plugin with a per-client mask: client 0 never trains the head's odd rows; it records its updates."""
+
+    def setup(self, setup):
+        super().setup(setup)
+        a, b = setup.flat.group_range["head"]
+        self.masked = torch.arange(a, b)[1::2]
+        self.mask0 = torch.ones(setup.flat.numel)
+        self.mask0[self.masked] = 0.0
+        self.deltas = {}
+
+    def client_mask(self, r, cid):
+        return self.mask0 if cid == 0 else None
+
+    def after_client(self, r, cid, delta, steps, lr, mask):
+        super().after_client(r, cid, delta, steps, lr, mask)
+        self.deltas[(r, cid)] = delta.clone()
+
+
+def test_a_per_client_mask_keeps_masked_entries_bit_identical_and_counts_bytes():
+    built = []
+
+    def factory(cfg, **kw):
+        built.append(MaskOddHeadsOfClient0(cfg, **kw))
+        return built[-1]
+
+    M.register("toy_mask", factory, summary="client 0 leaves odd head rows alone")
+    try:
+        hist = ff.run(tiny_config(method="toy_mask", rounds=2, weight_decay=0.1), progress=False)
+    finally:
+        M.unregister("toy_mask")
+    m = built[-1]
+    for (r, cid), d in m.deltas.items():
+        assert (d[m.masked] == 0).all() == (cid == 0), (r, cid)   # bit-identical only where masked
+    assert (m.deltas[(0, 0)] != 0).sum() > 0                        # client 0 still trains the rest
+    plain = ff.run(tiny_config(method="fedavg", rounds=2, weight_decay=0.1), progress=False)
+    saved = 2 * len(m.masked) * 4  # two payloads (down, up) of float32 entries, one client
+    assert hist.rows[0]["bytes_up"] + hist.rows[0]["bytes_down"] == plain.rows[0]["bytes_up"] + plain.rows[0]["bytes_down"] - saved
+
+
+def test_fedfrozen_stage_switch_equals_the_composition_of_fedavg_and_a_warmup_schedule():
+    a = ff.run(tiny_config(method="fedfrozen", rounds=3, warmup_rounds=1), progress=False)
+    b = ff.run(tiny_config(method="fedavg", freeze_schedule="warmup", freeze=("qk",), rounds=3, warmup_rounds=1),
+               progress=False)
+    assert a.same_as(b)
+
+
+def test_cli_lists_every_registered_method(capsys):
+    from fedfrozen import cli
+
+    assert cli.main(["methods"]) == 0
+    out = capsys.readouterr().out
+    for name, summary in M.describe().items():
+        assert f"{name}" in out and summary in out
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "fedfrozen_scaffold" in help_text and "freeze_body" in help_text
+
+
+# --- SCAFFOLD option I --------------------------------------------------------------------------
+
+def test_scaffold_variant_auto_is_option_one_for_adamw_and_option_two_for_sgd():
+    assert M.build(tiny_config(method="scaffold")).local.variant == "gradient"
+    assert M.build(tiny_config(method="scaffold", optimizer="sgd")).local.variant == "update"
+    assert M.build(tiny_config(method="scaffold", optimizer="sgd", scaffold_variant="gradient")).local.variant == "gradient"
+
+
+def test_scaffold_option_one_variate_is_the_full_batch_gradient_at_the_global_weights(tmp_path):
+    from fedfrozen import loop
+
+    cfg = tiny_config(method="scaffold", rounds=2)
+    ckpt = tmp_path / "c.pt"
+    ff.run(cfg, callbacks=[lambda r, row, h: r == 0], checkpoint=ckpt, progress=False)  # stop after round 0
+    state = torch.load(ckpt, weights_only=True)["method"]["local"]
+    ref = loop.prepare(cfg)  # the same initial weights x^0 (seeded)
+    grads = []
+    for cid in range(cfg.n_clients):  # by plain autograd: the gradient of the client's mean loss at x^0
+        ref.flat.grad.zero_()
+        idx = ref.client_train[cid]
+        torch.nn.functional.cross_entropy(ref.model(ref.x[idx]), ref.y[idx]).backward()
+        grads.append(ref.flat.grad.clone())
+        assert torch.allclose(state["client"][str(cid)], grads[-1], atol=1e-6), cid
+    # server: c = (|S|/N) mean(c_i+ - 0) = mean of the gradients with full participation
+    assert torch.allclose(state["c"], torch.stack(grads).mean(0), atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["update", "gradient"])
+def test_scaffold_both_options_equal_fedavg_on_identical_clients(variant, monkeypatch):
+    from fedfrozen import loop
+
+    original = loop.Setup.__init__
+
+    def same_data(self, *a, **k):
+        original(self, *a, **k)
+        self.client_train = [self.client_train[0]] * len(self.client_train)
+        self.client_sizes[:] = self.client_sizes[0]
+
+    monkeypatch.setattr(loop.Setup, "__init__", same_data)
+    kw = dict(optimizer="sgd", momentum=0.0, weight_decay=0.0, lr=0.05, batch_size=10_000, local_steps=3, rounds=3)
+    avg = ff.run(tiny_config(method="fedavg", **kw), progress=False).to_frame()
+    sca = ff.run(tiny_config(method="scaffold", scaffold_variant=variant, **kw), progress=False).to_frame()
+    for col in ["train_loss", "test_loss", "test_acc"]:
+        assert (avg[col] - sca[col]).abs().max() < 1e-5, col
+    assert (sca["bytes_up"] == 2 * avg["bytes_up"]).all() and (sca["bytes_down"] == 2 * avg["bytes_down"]).all()

@@ -195,3 +195,47 @@ def test_project_model_sizes():
     c = ff.models.create("vit_cifar", 100)
     assert c(torch.randn(2, 3, 32, 32)).shape == (2, 100)
     assert c.embed_dim == 192 and 6 <= len(c.blocks) <= 9
+
+
+# --- every timm attention family gets groups (XCiT, CaiT, ConViT, MViTv2 were not placed before) ---
+
+FAMILIES = [
+    ("xcit", lambda: timm.create_model("xcit_nano_12_p16_224", img_size=32, depth=2, num_classes=5),
+     {"blocks.0.gamma1": "norm", "blocks.0.gamma3": "norm", "blocks.0.gamma2": "norm", "blocks.0.attn.temperature": "qk",
+      "blocks.0.attn.qkv.v.weight": "v", "blocks.0.local_mp.conv1.weight": "other"}),
+    ("cait", lambda: timm.create_model("cait_xxs24_224", img_size=32, patch_size=8, depth=2, num_classes=5),
+     {"blocks.0.gamma_1": "norm", "blocks.0.attn.proj_l.weight": "qk", "blocks.0.attn.proj_w.weight": "qk",
+      "blocks.0.attn.qkv.q.weight": "qk", "cls_token": "embed"}),
+    ("convit", lambda: timm.create_model("convit_tiny", img_size=32, patch_size=8, depth=2,
+                                                    local_up_to_layer=1, num_classes=5),
+     {"blocks.0.attn.qk.weight": "qk", "blocks.0.attn.v.weight": "v", "blocks.0.attn.gating_param": "qk",
+      "blocks.0.attn.pos_proj.weight": "qk"}),
+    ("mvitv2", lambda: timm.create_model("mvitv2_tiny", img_size=64, num_classes=5),
+     {"stages.0.blocks.0.attn.rel_pos_h": "embed", "stages.0.blocks.0.attn.pool_q.weight": "qk",
+      "stages.0.blocks.0.attn.pool_v.weight": "v"}),
+]
+
+
+@pytest.mark.parametrize("name, make, expected", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_every_parameter_of_other_timm_families_lands_in_one_group(name, make, expected):
+    torch.manual_seed(0)
+    model = make()
+    model.eval()
+    x = torch.randn(2, 3, 64 if name == "mvitv2" else 32, 64 if name == "mvitv2" else 32)
+    with torch.no_grad():
+        before = model(x)
+    ff.qkv.split_qkv(model)
+    with torch.no_grad():
+        assert (model(x) - before).abs().max().item() <= 1e-5
+    groups = ff.qkv.param_groups(model)
+    placed = [n for names in groups.values() for n in names]
+    assert sorted(placed) == sorted(n for n, _ in model.named_parameters())  # each exactly once
+    where = {n: g for g, names in groups.items() for n in names}
+    for param, group in expected.items():
+        assert where[param] == group, (param, where[param])
+    assert groups["qk"] and groups["v"]
+    ff.qkv.freeze(model, "qk")  # and freezing the kernel block works on it
+    model(x).sum().backward()
+    params = dict(model.named_parameters())
+    assert all(params[n].grad is None for n in groups["qk"])
+    assert any(params[n].grad is not None for n in groups["v"])
