@@ -239,3 +239,13 @@ def test_unknown_model_and_too_many_clients_fail_before_training():
         ff.run(tiny_config(model="vit_imaginary", model_kwargs={}), progress=False)
     with pytest.raises(ValueError, match="n_clients"):
         ff.run(tiny_config(n_clients=5000, partition="iid"), progress=False)
+
+
+def test_bad_checkpoint_arguments_are_named_before_training(tmp_path):
+    cfg = tiny_config()
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        ff.run(cfg, checkpoint=tmp_path / "c.pt", checkpoint_every=0, progress=False)
+    with pytest.raises(ValueError, match="checkpoint_seconds"):
+        ff.run(cfg, checkpoint=tmp_path / "c.pt", checkpoint_seconds=-1, progress=False)
+    with pytest.raises(FileNotFoundError, match="resume_from"):
+        ff.run(cfg, resume_from=tmp_path / "missing.pt", progress=False)

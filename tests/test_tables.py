@@ -86,3 +86,14 @@ def test_compare_reads_a_mean_std_table_and_agrees_with_compare_runs():
                        "final_acc": [0.4, 0.5, 0.6, 0.25, 0.3, 0.35]})
     stats = ff.tables.mean_std(df, "method", ["final_acc"])
     assert ff.tables.compare(stats, "a", "b") == ff.tables.compare_runs([0.4, 0.5, 0.6], [0.25, 0.3, 0.35])
+
+
+def test_paper_data_root_is_the_projects_data_from_notebooks_and_local_data_elsewhere(tmp_path, monkeypatch):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path / "notebooks")
+    assert ff.profiles.data_root() == "../data"
+    elsewhere = tmp_path / "colab" / "content"  # e.g. Colab's /content, no repository around it
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert ff.profiles.data_root() == "data"
