@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import methods
 from .config import Config
-from .io import project_root
+from .io import notebooks, project_root
 from .profiles import PROFILES
 
 
@@ -106,17 +106,6 @@ def cmd_run(args) -> int:
     return 1 if hist.diverged else 0
 
 
-def notebooks(only: str | None = None) -> list[Path]:
-    books = sorted((project_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        wanted = {w.strip() for w in only.split(",") if w.strip()}
-        unknown = wanted - {b.name[:2] for b in books}
-        if unknown:
-            raise SystemExit(f"--only: no notebook numbered {sorted(unknown)}; have {[b.name[:2] for b in books]}")
-        books = [b for b in books if b.name[:2] in wanted]
-    return books
-
-
 def headline(nb) -> str:
     """The last line a notebook printed that starts with 'headline: ' (each notebook prints its
     main result that way in its checks cell), without the prefix; '' if there is none."""
@@ -160,6 +149,30 @@ def cmd_reproduce(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_dry_run(args) -> int:
+    from .dryrun import HEADER, dry_run, format_table
+
+    print(HEADER, flush=True)
+    rows = dry_run(args.profile, tiny=args.tiny, rounds=args.rounds, only=args.only, kernel=args.kernel, keep=args.keep,
+                   progress=lambda line: print(line, flush=True))
+    print()
+    print(format_table(rows))
+    return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def cmd_select_lr(args) -> int:
+    from .profiles import PAPER_LR_GRID, paper_lr_file
+    from .selection import select_learning_rates
+
+    result = select_learning_rates(args.methods or methods.names(), dataset=args.dataset,
+                                   grid=args.grid or PAPER_LR_GRID, rounds=args.rounds, root=args.out)
+    for m, lr in result["lr"].items():
+        accs = ", ".join(f"{k}: {'n/a' if v is None else f'{v:.3f}'}" for k, v in result["val_acc"][m].items())
+        print(f"{m:24s} lr {lr:g}   (validation accuracy {accs})")
+    print(f"written to {paper_lr_file(args.dataset, args.out)}; the paper profile reads it")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedfrozen", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -177,6 +190,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     m = sub.add_parser("methods", help="list the registered methods, one line each")
     m.set_defaults(func=cmd_methods)
+    d = sub.add_parser("dry-run", help="every paper-profile config of every notebook for a few rounds on a fake "
+                                       "CIFAR: configs, seconds per round, peak memory, projected hours")
+    d.add_argument("--profile", choices=["paper"], default="paper", help="the profile to check")
+    d.add_argument("--tiny", action="store_true", help="a tiny model and one seed per config (proves the paths run; "
+                                                      "the projection is then meaningless)")
+    d.add_argument("--rounds", type=int, default=2, help="rounds per config (>= 2: both stages)")
+    d.add_argument("--only", help="comma-separated notebook numbers, e.g. 03,04")
+    d.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    d.add_argument("--keep", help="keep the temporary project (executed notebooks, log) in this folder")
+    d.set_defaults(func=cmd_dry_run)
+    s = sub.add_parser("select-lr", help="choose each method's local lr at the paper scale by the one rule")
+    s.add_argument("--dataset", choices=["cifar10", "cifar100"], default="cifar10")
+    s.add_argument("--methods", nargs="+", help="methods to select for (default: every registered method)")
+    s.add_argument("--grid", nargs="+", type=float, default=None, help="learning rates to try (default: 3e-4 1e-3 3e-3)")
+    s.add_argument("--rounds", type=int, default=30, help="rounds per selection run")
+    s.add_argument("--out", default=None, help="results root (default: the project's results/)")
+    s.set_defaults(func=cmd_select_lr)
     q = sub.add_parser("reproduce", help="execute the notebooks with papermill")
     q.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke (CI), cpu (default), paper (GPU)")
     q.add_argument("--only", help="comma-separated notebook numbers, e.g. 02,03")

@@ -43,7 +43,9 @@ class Config:
     momentum: float = 0.9              # SGD momentum
     weight_decay: float = 0.01         # decoupled for AdamW, L2 for SGD
     lr_schedule: str = "constant"      # constant | cosine (over rounds)
+    lr_warmup_rounds: int = 0          # linear warm-up of the local lr over the first rounds, then the schedule
     grad_clip: float | None = None     # clip the local gradient norm
+    augment: bool | None = None        # random crop (4-px reflect pad) + flip per batch; None: on for cifar10/cifar100/svhn (no flip for svhn)
     # model and method
     model: str = "vit_digits"          # project model or timm name
     model_kwargs: dict = field(default_factory=dict)  # extra arguments to models.create
@@ -128,6 +130,11 @@ class Config:
         number("momentum", 0, 1)
         number("weight_decay", 0)
         choice("lr_schedule", ("constant", "cosine"))
+        integer("lr_warmup_rounds", 0)
+        if self.lr_warmup_rounds >= self.rounds and self.lr_warmup_rounds:
+            raise ValueError(f"lr_warmup_rounds ({self.lr_warmup_rounds}) must be below rounds ({self.rounds})")
+        if self.augment is not None and not isinstance(self.augment, bool):
+            raise ValueError(f"augment must be True, False or None (by dataset); got {self.augment!r}")
         number("grad_clip", 0, lo_open=True, none_ok=True)
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model must be a model name; got {self.model!r}")

@@ -16,7 +16,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "atomic_dir", "environment", "project_root"]
+__all__ = ["atomic_write", "atomic_dir", "environment", "project_root", "notebooks", "DRY_RUN_ENV", "dry_run_settings"]
+
+DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
 
 
 def atomic_write(path, write) -> Path:
@@ -86,3 +88,25 @@ def project_root() -> Path:
             if (folder / "notebooks").is_dir() and (folder / "pyproject.toml").is_file():
                 return folder
     return Path.cwd()
+
+
+def notebooks(only: str | None = None) -> list[Path]:
+    """The project's numbered notebooks (notebooks/NN_*.ipynb), optionally only those numbered in
+    `only` ("02,03"); a ValueError names an unknown number."""
+    books = sorted((project_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        wanted = {w.strip() for w in only.split(",") if w.strip()}
+        unknown = wanted - {b.name[:2] for b in books}
+        if unknown:
+            raise ValueError(f"--only: no notebook numbered {sorted(unknown)}; have {[b.name[:2] for b in books]}")
+        books = [b for b in books if b.name[:2] in wanted]
+    return books
+
+
+def dry_run_settings() -> dict | None:
+    """The settings of a running `fedfrozen dry-run` in this process (log, rounds, model_kwargs, one_seed,
+    notebook), or None. Only fedfrozen.dryrun sets them, in the notebook kernels it starts."""
+    import json
+
+    text = os.environ.get(DRY_RUN_ENV)
+    return json.loads(text) if text else None

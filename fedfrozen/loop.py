@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import data, methods, models, partition, qkv
+from . import augment, data, methods, models, partition, qkv
 from .config import Config
 from .flat import FlatOptimizer, FlatParams, merged_slices
 from .history import History
@@ -41,6 +41,9 @@ def _device(cfg: Config) -> torch.device:
                        else "cpu")
     if cfg.amp and dev.type != "cuda":
         raise ValueError("amp=True needs a CUDA device (amp is GPU only)")
+    if dev.type == "cuda":  # TF32 matmuls and convolutions: fp32 storage, ~10-bit mantissa products
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return dev
 
 
@@ -153,7 +156,9 @@ def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epoc
     Per step the flat gradient gets the local objective's terms (paper, Eq. of stage 2):
     anchor_coeff * (x - anchor) (FedProx mu / FedDyn alpha), a constant `correction`
     (SCAFFOLD c - c_i, FedDyn -h_i) and the value penalty on the `v` slice; a client `mask`
-    (a method's per-client trainable entries) then zeroes the gradient elsewhere.
+    (a method's per-client trainable entries) then zeroes the gradient elsewhere. With
+    augmentation on (fedfrozen.augment) each batch is cropped and flipped on the device, by
+    parameters drawn from `gen` once per call, after the batch order.
     """
     cfg, flat, model = s.cfg, s.flat, s.model
     model.train()
@@ -161,10 +166,14 @@ def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epoc
     vs = flat.group_slice("v")
     batches = _batches(len(idx), cfg, gen, epochs, steps)
     order = idx[torch.cat(batches).to(idx.device)]  # one host-to-device copy per client and round
-    for b in torch.split(order, [len(b) for b in batches]):
+    sizes = [len(b) for b in batches]
+    aug = (augment.draw(len(order), gen, s.device, flip=augment.AUGMENTED.get(cfg.dataset, True)).split(sizes)
+           if augment.enabled(cfg) else [None] * len(sizes))
+    for b, a in zip(torch.split(order, sizes), aug):
         flat.zero_grad()
+        xb = s.x[b] if a is None else augment.apply(s.x[b], a)
         with _autocast(cfg, s.device):
-            loss = F.cross_entropy(model(s.x[b]), s.y[b])
+            loss = F.cross_entropy(model(xb), s.y[b])
         loss.backward()
         g = flat.grad
         if anchor_coeff:
@@ -211,8 +220,12 @@ def _pretrain_on_public(s: Setup) -> None:
 # --- the loop -----------------------------------------------------------------------------
 
 def _lr_at(cfg: Config, r: int) -> float:
+    """The local lr of round r: a linear warm-up over lr_warmup_rounds, then constant or cosine decay."""
+    w = cfg.lr_warmup_rounds
+    if r < w:
+        return cfg.lr * (r + 1) / (w + 1)
     if cfg.lr_schedule == "cosine":
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * r / cfg.rounds))
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * (r - w) / (cfg.rounds - w)))
     return cfg.lr
 
 

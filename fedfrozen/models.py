@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .io import dry_run_settings
+
 __all__ = ["create", "LinearAttention", "PROJECT_MODELS"]
 
 # name -> VisionTransformer keyword arguments (sizes checked in tests/test_qkv.py)
@@ -85,7 +87,8 @@ def create(name: str, num_classes: int, pretrained: bool = False, **kw) -> nn.Mo
 
     Project names: `vit_digits`, `vit_cifar`, `linear_vit` (keyword arguments override the
     VisionTransformer settings, e.g. `in_chans=3, img_size=16`). Any other name is created by
-    timm (`pretrained=True` downloads weights, which needs a network).
+    timm (`pretrained=True` downloads weights, which needs a network). Inside `fedfrozen dry-run
+    --tiny` project models are built tiny (fedfrozen.io.dry_run_settings).
     """
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer; got {num_classes!r}")
@@ -93,6 +96,9 @@ def create(name: str, num_classes: int, pretrained: bool = False, **kw) -> nn.Mo
         if pretrained:
             raise ValueError(f"{name!r} is a project model with no pretrained weights; "
                              f"use pretrained=False")
+        dry = dry_run_settings()
+        if dry and dry.get("model_kwargs"):
+            kw = {**kw, **dry["model_kwargs"]}
         return _project_vit(name, num_classes, **kw)
     import timm
 

@@ -1,21 +1,30 @@
-"""Shared experiment settings of notebooks 03-07: the three profiles and the selected learning rates.
+"""Shared experiment settings of the notebooks: the three profiles and the local learning rates.
 
 `federated(profile, rounds=40, warmup_rounds=10)` gives the Config fields every federated
 notebook starts from (smoke: a tiny model for CI; cpu: digits at the project defaults; paper:
-CIFAR-10 or CIFAR-100 with vit_cifar, 100 clients, 10 per round, 200 rounds). `SELECTED_LR` is the local
-learning rate per method chosen by one rule for all methods (issue 5, see the README): grid
-{3e-3, 1e-2, 3e-2}, Dirichlet alpha 0.1, seed 0, best final validation accuracy, ties to the
-smaller lr. It was chosen on digits at 40 rounds; on the paper profile it is a starting point,
-not a tuned value. `scaffold` and `fedfrozen_scaffold` were selected again, by the same rule, when
-SCAFFOLD's control variates became option I under AdamW (validation accuracy at 3e-3/1e-2/3e-2:
-scaffold 0.275/0.317/0.352, fedfrozen_scaffold 0.296/0.268/0.345).
+CIFAR-10 or CIFAR-100 with vit_cifar, 100 clients, 10 per round, 200 rounds, with PAPER_RECIPE:
+the training recipe of published federated ViT-from-scratch work, docs/paper_profile.md).
+
+Learning rates, one rule for all methods: grid, Dirichlet alpha 0.1, seed 0, best final
+validation accuracy, ties to the smaller lr.
+- cpu/smoke: `SELECTED_LR`, chosen on digits at 40 rounds over {3e-3, 1e-2, 3e-2} (README).
+  `scaffold` and `fedfrozen_scaffold` were selected again, by the same rule, when SCAFFOLD's
+  control variates became option I under AdamW (validation accuracy at 3e-3/1e-2/3e-2:
+  scaffold 0.275/0.317/0.352, fedfrozen_scaffold 0.296/0.268/0.345).
+- paper: the result of `fedfrozen select-lr --dataset cifar10` (fedfrozen.selection: the same
+  rule on PAPER_LR_GRID at the paper scale, stored in results/<dataset>/paper_lr.json), else
+  PAPER_DEFAULT_LR for every method. Digits-selected rates are never used at the paper scale.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-__all__ = ["select", "federated", "SELECTED_LR", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root"]
+from .io import project_root
+
+__all__ = ["select", "federated", "SELECTED_LR", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
+           "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")
 
@@ -25,6 +34,12 @@ SELECTED_LR = {
     "freeze_attn": 3e-2, "freeze_body": 3e-3, "freeze_kernel_at_init": 1e-2, "freeze_v": 3e-2, "scaffold": 3e-2,
 }
 PAPER_DATASETS = ("cifar10", "cifar100")
+
+# The paper profile's local training (sources and reasons: docs/paper_profile.md)
+PAPER_DEFAULT_LR = 1e-3
+PAPER_LR_GRID = (3e-4, 1e-3, 3e-3)
+PAPER_RECIPE = dict(optimizer="adamw", lr=PAPER_DEFAULT_LR, weight_decay=0.05, batch_size=32, local_epochs=1,
+                    lr_schedule="cosine", lr_warmup_rounds=10, grad_clip=1.0, augment=True)
 
 
 def select(profile: str, **settings):
@@ -57,12 +72,48 @@ def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dat
                    model_kwargs=dict(embed_dim=16, depth=1, num_heads=2)),
         cpu=dict(dataset="digits", rounds=rounds, warmup_rounds=warmup_rounds, eval_every=5),
         paper=dict(dataset=paper_dataset, model="vit_cifar", rounds=200, warmup_rounds=50, n_clients=100,
-                   clients_per_round=10, eval_every=5, download=True, data_root=data_root()))
+                   clients_per_round=10, eval_every=5, download=True, data_root=data_root(),
+                   **{**PAPER_RECIPE, **(_paper_overrides(paper_dataset) if profile == "paper" else {})}))
 
 
-def learning_rates(methods, overrides: dict | None = None) -> dict:
-    """The local lr of each method: `overrides` first, then SELECTED_LR; a clear error for a method in neither."""
-    table = {**SELECTED_LR, **(overrides or {})}
+def _paper_overrides(dataset: str) -> dict:
+    """amp on a GPU; the lr of fedfrozen from the paper-scale selection, when there is one."""
+    import torch
+
+    selected = paper_learning_rates(dataset) or {}
+    return dict(amp=torch.cuda.is_available(), lr=selected.get("fedfrozen", PAPER_DEFAULT_LR))
+
+
+def paper_lr_file(dataset: str, root=None) -> Path:
+    """Where `fedfrozen select-lr` stores the paper-scale learning rates of `dataset`."""
+    return (Path(root) if root is not None else project_root() / "results") / dataset / "paper_lr.json"
+
+
+def paper_learning_rates(dataset: str, root=None) -> dict | None:
+    """{method: lr} selected at the paper scale for `dataset`, or None if no selection was run."""
+    path = paper_lr_file(dataset, root)
+    if not path.is_file():
+        return None
+    try:
+        return {m: float(v) for m, v in json.loads(path.read_text())["lr"].items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not a learning-rate selection ({e}); delete it or run "
+                         f"`fedfrozen select-lr --dataset {dataset}` again") from None
+
+
+def learning_rates(methods, overrides: dict | None = None, profile: str = "cpu", dataset: str = "digits",
+                   root=None) -> dict:
+    """The local lr of each method: `overrides` first, then the profile's table (SELECTED_LR for smoke/cpu;
+    the paper-scale selection or PAPER_DEFAULT_LR for paper); a clear error for a method in neither."""
+    if profile == "paper":
+        from . import methods as registry
+
+        selected = paper_learning_rates(dataset, root) or {}
+        base = {m: selected.get(m, PAPER_DEFAULT_LR) for m in registry.names()}
+    else:
+        select(profile, smoke=None, cpu=None, paper=None)  # a clear error for a typo
+        base = SELECTED_LR
+    table = {**base, **(overrides or {})}
     missing = [m for m in methods if m not in table]
     if missing:
         raise ValueError(f"no learning rate for {missing}: add them to the notebook's `lrs` parameter "

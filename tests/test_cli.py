@@ -54,7 +54,7 @@ def test_python_dash_m_works():
 
 
 def test_reproduce_rejects_unknown_notebook_numbers():
-    with pytest.raises(SystemExit, match="no notebook numbered"):
+    with pytest.raises(ValueError, match="no notebook numbered"):
         cli.notebooks("99")
 
 
@@ -73,7 +73,8 @@ def test_reproduce_runs_notebooks_in_order_and_reports_headlines_and_failures(tm
     _notebook(tmp_path / "notebooks" / "00_first.ipynb", 'print("headline: early")',
               'print(f"headline: profile {profile}, answer {6 * 7}")\nprint("not a headline")')
     _notebook(tmp_path / "notebooks" / "01_broken.ipynb", "1 / 0")
-    monkeypatch.setattr(cli, "project_root", lambda: tmp_path)
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)  # the project root is found from the working directory
     monkeypatch.setenv("FEDFROZEN_PROFILE", "cpu")  # reproduce sets it; restored after the test
     assert cli.main(["reproduce", "--profile", "smoke"]) == 1  # one notebook failed
     out = capsys.readouterr().out

@@ -17,13 +17,13 @@ PKG = Path(__file__).resolve().parents[1] / "fedfrozen"
 
 LAYERS = [
     ("ground", ["progress", "io", "rng"]),
-    ("data and models", ["data", "partition", "models", "qkv", "history", "linear_attention"]),
+    ("data and models", ["data", "augment", "partition", "models", "qkv", "history", "linear_attention"]),
     ("buffers", ["flat"]),
     ("methods", ["methods"]),
     ("config", ["config"]),
     ("loop", ["loop"]),
     ("experiments", ["experiments", "profiles"]),
-    ("figures and tables", ["plots", "tables"]),
+    ("analysis", ["plots", "tables", "selection", "dryrun"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),
 ]

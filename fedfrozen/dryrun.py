@@ -1,0 +1,127 @@
+"""`fedfrozen dry-run`: every paper-profile notebook, every config, two rounds, on a fake CIFAR.
+
+A long GPU job that fails in hour three on a typo costs the hours. The dry run copies the
+notebooks into a temporary project, writes a learnable fake CIFAR-10 and CIFAR-100 there in
+torchvision's format (fedfrozen.data.write_fake_cifar), and executes each notebook that trains
+or loads paper data under the paper profile with papermill, with FEDFROZEN_DRY_RUN set: every
+run is cut to `rounds` rounds (both stages kept), optionally on a tiny model, timed and logged
+(fedfrozen.experiments). It then prints, per notebook: distinct configs, median seconds per
+round, peak memory, and the projected hours of the full profile (sum over configs of rounds ×
+seconds per round; evaluation every round in the dry run makes this an overestimate of the
+evaluation share). With the real model on a GPU the projection is the one to plan with; with
+`tiny=True` on a CPU it only proves that every path runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from .data import write_fake_cifar
+from .io import DRY_RUN_ENV, notebooks, project_root
+
+__all__ = ["dry_run", "TINY_MODEL", "format_table"]
+
+TINY_MODEL = dict(embed_dim=16, depth=1, num_heads=2)
+
+
+def _executions(books: list[Path]) -> list[tuple[Path, dict]]:
+    """(notebook, extra parameters) to run: each that trains or reads paper data; 03 also on CIFAR-100."""
+    out = []
+    for nb in books:
+        text = nb.read_text()
+        if "ff.Config(" not in text and "ff.data.load(" not in text:
+            continue  # synthetic only (the linear-attention theory): nothing of the paper path
+        out.append((nb, {}))
+        if "paper_dataset" in text:
+            out.append((nb, {"paper_dataset": "cifar100"}))
+    return out
+
+
+def _summarise(records: list[dict]) -> dict:
+    by_key = {}
+    for r in records:
+        by_key.setdefault(r["key"], r)
+    recs = list(by_key.values())
+    secs = [r["sec_per_round"] for r in recs]
+    mems = [r["peak_mem_MB"] for r in records if r["peak_mem_MB"] is not None]
+    return {"configs": len(recs), "sec_per_round": sorted(secs)[len(secs) // 2] if secs else float("nan"),
+            "peak_mem_MB": max(mems) if mems else float("nan"),
+            "projected_hours": sum(r["rounds"] * r["sec_per_round"] for r in recs) / 3600,
+            "device": recs[0]["device"] if recs else None}
+
+
+def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: str | None = None,
+            kernel: str = "python3", keep: str | None = None, progress=print) -> list[dict]:
+    """Run the dry run; returns one row per notebook execution (name, status, seconds, summary, error)."""
+    import papermill as pm
+
+    if profile != "paper":
+        raise ValueError(f"the dry run checks the paper profile; got profile {profile!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
+        raise ValueError(f"rounds must be an integer >= 2 (both stages); got {rounds!r}")
+    books = notebooks(only)
+    tmp = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="fedfrozen-dry-run-"))
+    try:
+        (tmp / "notebooks").mkdir(parents=True, exist_ok=True)
+        shutil.copy(project_root() / "pyproject.toml", tmp / "pyproject.toml")
+        for nb in books:
+            shutil.copy(nb, tmp / "notebooks" / nb.name)
+        # the real sizes (50,000 / 10,000 images), so seconds per round project; --tiny: 20,000 training images,
+        # enough for 100 Dirichlet(0.05) clients of two samples or more (notebook 02)
+        for name, classes in (("cifar10", 10), ("cifar100", 100)):
+            per_class, test_per_class = (20_000 // classes, 5) if tiny else (50_000 // classes, 10_000 // classes)
+            write_fake_cifar(name, tmp / "data", per_class=per_class, test_per_class=test_per_class)
+        log = tmp / "dry_run.jsonl"
+        rows = []
+        for nb, extra in _executions([tmp / "notebooks" / b.name for b in books]):
+            label = nb.name + "".join(f" ({k}={v})" for k, v in extra.items())
+            settings = dict(log=str(log), rounds=rounds, model_kwargs=TINY_MODEL if tiny else None, one_seed=tiny,
+                            notebook=label)
+            old = os.environ.get(DRY_RUN_ENV)
+            os.environ[DRY_RUN_ENV] = json.dumps(settings)
+            t0 = time.perf_counter()
+            error = None
+            try:
+                pm.execute_notebook(str(nb), str(tmp / f"executed_{nb.stem}{'_' + '_'.join(map(str, extra.values())) if extra else ''}.ipynb"),
+                                    parameters={"profile": profile, **extra}, cwd=str(nb.parent), kernel_name=kernel,
+                                    progress_bar=False)
+            except Exception as e:  # papermill raises PapermillExecutionError with the failing cell's error
+                lines = str(e).strip().splitlines()
+                error = f"{type(e).__name__}: {lines[-1][:200] if lines else ''}"
+            finally:
+                if old is None:
+                    os.environ.pop(DRY_RUN_ENV, None)
+                else:
+                    os.environ[DRY_RUN_ENV] = old
+            records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            row = {"notebook": label, "status": "FAILED" if error else "ok", "seconds": time.perf_counter() - t0,
+                   **_summarise([r for r in records if r["notebook"] == label]), "error": error}
+            rows.append(row)
+            progress(format_row(row))
+        return rows
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+HEADER = f"{'notebook':44s} {'status':6s} {'configs':>7s} {'s/round':>8s} {'peak MB':>8s} {'proj. h':>8s} {'wall s':>7s}"
+
+
+def format_row(r: dict) -> str:
+    text = (f"{r['notebook']:44s} {r['status']:6s} {r['configs']:7d} {r['sec_per_round']:8.3f} {r['peak_mem_MB']:8.0f} "
+            f"{r['projected_hours']:8.2f} {r['seconds']:7.1f}")
+    return text + (f"   {r['error']}" if r["error"] else "")
+
+
+def format_table(rows: list[dict]) -> str:
+    """The dry run's table, with the total projected hours and the device it was measured on."""
+    total = sum(r["projected_hours"] for r in rows)
+    device = next((r["device"] for r in rows if r["device"]), "n/a")
+    failed = sum(r["status"] != "ok" for r in rows)
+    return "\n".join([HEADER, *map(format_row, rows),
+                      f"{len(rows)} notebook runs, {failed} failed; projected {total:.2f} h in all on {device}"])
