@@ -112,9 +112,13 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
 HEADER = f"{'notebook':44s} {'status':6s} {'configs':>7s} {'s/round':>8s} {'peak MB':>8s} {'proj. h':>8s} {'wall s':>7s}"
 
 
+def _num(x: float, fmt: str, width: int = 8) -> str:
+    return f"{x:{width}{fmt}}" if x == x else f"{'n/a':>{width}s}"  # NaN: nothing trained (all runs cached)
+
+
 def format_row(r: dict) -> str:
-    text = (f"{r['notebook']:44s} {r['status']:6s} {r['configs']:7d} {r['sec_per_round']:8.3f} {r['peak_mem_MB']:8.0f} "
-            f"{r['projected_hours']:8.2f} {r['seconds']:7.1f}")
+    text = (f"{r['notebook']:44s} {r['status']:6s} {r['configs']:7d} {_num(r['sec_per_round'], '.3f')} "
+            f"{_num(r['peak_mem_MB'], '.0f')} {r['projected_hours']:8.2f} {r['seconds']:7.1f}")
     return text + (f"   {r['error']}" if r["error"] else "")
 
 
