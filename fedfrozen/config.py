@@ -60,6 +60,7 @@ class Config:
     freeze_schedule: str | None = None  # override: none | warmup | start
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha
+    tlu_k: int | None = None           # FedTLU: layers trained per round (None: 25% of the layers, at least 1)
     scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
     server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
     server_momentum: float = 0.9       # FedAvgM beta
@@ -152,6 +153,7 @@ class Config:
         if self.freeze_schedule is not None:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
+        integer("tlu_k", 1, none_ok=True)
         number("prox_mu", 0)
         number("feddyn_alpha", 0, lo_open=True)
         number("server_lr", 0, lo_open=True, none_ok=True)

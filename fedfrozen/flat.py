@@ -112,6 +112,15 @@ class FlatOptimizer:
         self.v = flat.data.new_zeros(n) if kind == "adamw" else None
         self.t = 0
         self.mask: torch.Tensor | None = None
+        self._decay = (None, None, None)  # (lr, mask, per-entry decay factor) of the masked AdamW path
+
+    def _decay_factor(self, lr: float, wd: float) -> torch.Tensor:
+        """1 - lr*wd where the mask is 1, else 1: the same float32 factor as the unmasked step (bit-equal there)."""
+        cached_lr, cached_mask, factor = self._decay
+        if cached_lr != lr or cached_mask is not self.mask:
+            factor = torch.where(self.mask > 0, torch.tensor(1 - lr * wd, dtype=self.mask.dtype), 1.0)
+            self._decay = (lr, self.mask, factor)
+        return factor
 
     def reset(self) -> None:
         self.m.zero_()
@@ -136,10 +145,7 @@ class FlatOptimizer:
             bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
             for s, (p, g, m, v) in zip(self.slices, self._views()):
                 if wd:
-                    if self.mask is None:
-                        p.mul_(1 - lr * wd)
-                    else:
-                        p.addcmul_(p, self.mask[s], value=-lr * wd)
+                    p.mul_(1 - lr * wd if self.mask is None else self._decay_factor(lr, wd)[s])
                 m.lerp_(g, 1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
                 denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)

@@ -341,7 +341,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
             cmask_eff = mask if cmask is None else cmask * mask
             method.after_client(r, cid, delta, steps, lr, cmask_eff)
             payload = trainable_bytes if cmask is None else int(cmask_eff.count_nonzero()) * flat.element_size
-            down, up = method.client_bytes(r, cid, payload)
+            down, up = method.client_bytes(r, cid, payload, trainable_bytes)
             bytes_down += down
             bytes_up += up
             if frozen and cid not in received_frozen:  # the frozen block is sent once per client

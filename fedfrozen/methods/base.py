@@ -15,7 +15,7 @@ buffers and the order of events; at each point where methods differ it calls a h
         anchor_coeff(), correction(i),            the local objective's gradient terms
         value_penalty(r)
         after_client(r, i, delta, steps, lr, mask)
-        client_bytes(r, i, payload)               exact bytes down and up
+        client_bytes(r, i, payload, trainable)    exact bytes down and up
         aggregate(acc, i, delta, weight)          fold the upload into the round's accumulator (in place)
       server_update(r, x, acc, mask, sampled)     the server step on the aggregated update
       on_round_end(r, row, history)               sees the History row; True stops the run
@@ -143,8 +143,9 @@ class Method:
         self.local.after_client(cid, delta, steps, lr, mask)
 
     # --- communication and aggregation --------------------------------------------------------
-    def client_bytes(self, r: int, cid: int, payload: int) -> tuple[int, int]:
-        """(down, up) bytes of client `cid`, given the bytes of what it trains (`payload`)."""
+    def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
+        """(down, up) bytes of client `cid`: `payload` is the bytes of what it trains (its mask's entries),
+        `trainable` those of every trainable group. FedAvg's exchange: the payload, each way."""
         f = self.local.exchange_factor
         return f * payload, f * payload
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..qkv import GROUPS
 from .base import Method
+from .fedtlu import FedTLU
 
 __all__ = ["register", "unregister", "names", "describe", "build", "composition"]
 
@@ -97,3 +98,6 @@ _PRESETS = [
 ]
 for _name, _comp, _summary in _PRESETS:
     register(_name, Method, summary=_summary, **_comp)
+register("fedtlu", FedTLU, summary="FedTLU: each round only the k highest-scoring layers train and upload")
+register("fedfrozen_tlu", FedTLU, schedule="warmup", frozen=None,
+         summary="FedFrozen + FedTLU: layer selection, and Q/K frozen from round T0")
