@@ -47,7 +47,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        doc = f"{helps.get(f.name, '')} (default: {default!r})"
+        doc = f"{helps.get(f.name, '')} (default: {default!r})".replace("%", "%%")  # argparse formats help with %
         hint = hints[f.name]
         args = typing.get_args(hint)
         base = next((a for a in args if a is not type(None)), hint) if args else hint
