@@ -61,6 +61,8 @@ class Config:
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha
     tlu_k: int | None = None           # FedTLU: layers trained per round (None: 25% of the layers, at least 1)
+    head_sparsity: float = 0.5         # head pruning: share s of attention heads each client leaves untrained, in [0, 1)
+    head_weighting: str = "confidence"  # head pruning: per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)
     scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
     server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
     server_momentum: float = 0.9       # FedAvgM beta
@@ -154,6 +156,10 @@ class Config:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
         integer("tlu_k", 1, none_ok=True)
+        number("head_sparsity", 0, 1)
+        if self.head_sparsity >= 1:
+            raise ValueError(f"head_sparsity must be in [0, 1): at least one head trains; got {self.head_sparsity!r}")
+        choice("head_weighting", ("confidence", "uniform"))
         number("prox_mu", 0)
         number("feddyn_alpha", 0, lo_open=True)
         number("server_lr", 0, lo_open=True, none_ok=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..qkv import GROUPS
 from .base import Method
 from .fedtlu import FedTLU
+from .head_pruning import HeadPruning
 
 __all__ = ["register", "unregister", "names", "describe", "build", "composition"]
 
@@ -101,3 +102,5 @@ for _name, _comp, _summary in _PRESETS:
 register("fedtlu", FedTLU, summary="FedTLU: each round only the k highest-scoring layers train and upload")
 register("fedfrozen_tlu", FedTLU, schedule="warmup", frozen=None,
          summary="FedFrozen + FedTLU: layer selection, and Q/K frozen from round T0")
+register("head_pruning", HeadPruning,
+         summary="head pruning: clients train their most confident heads; per-head confidence-weighted averaging")

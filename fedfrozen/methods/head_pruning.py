@@ -1,0 +1,182 @@
+"""Attention-head pruning with head-confidence-weighted aggregation and importance-driven client selection
+(after Venkatesha, Kundu, Panda, arXiv 2506.00743).
+
+Before training, each sampled client measures, at the round's global weights, the confidence of
+every attention head on (up to 128 of) its own samples: c_{i,h} = mean over tokens of the head's
+largest attention weight (the attention probabilities come from timm's non-fused attention path,
+switched on only for this pass). The client trains only its top (1 − s) heads by confidence (the
+rows of W_Q, W_K, W_V and the columns of the output projection belonging to the head; every
+non-head parameter trains) and uploads those, plus its confidences. The server aggregates each
+head over the clients that trained it, weighted by p_i·c_{i,h}; everything else as FedAvg. With
+partial participation, clients are chosen by importance, the loss of the global model minus the
+loss of the client's trained model on its probe samples (larger: more to contribute), greedily,
+with a seeded ε = 0.2 share of random picks and never-seen clients first.
+[recon] (docs/methods.md): the confidence definition, the p_i·c weighting, the probe size, ε.
+Config: `head_sparsity` s in [0, 1), `head_weighting` ("confidence" or "uniform").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..qkv import SplitQKV
+from ..rng import derive_seed
+from .base import Method
+
+__all__ = ["HeadPruning", "head_index", "PROBE", "EXPLORE"]
+
+PROBE = 128    # samples per client for confidences and importance
+EXPLORE = 0.2  # share of the round's clients picked at random
+
+
+def head_index(model, flat) -> tuple[torch.Tensor, list]:
+    """(head id of every flat entry, -1 outside heads; the attention modules). Head h of block b has id
+    b * H + h over the q, k, v rows and the output-projection columns of that head."""
+    ids = torch.full((flat.numel,), -1, dtype=torch.long, device=flat.data.device)
+    params = {id(p): n for n, p in model.named_parameters()}
+    attns = [m for m in model.modules() if isinstance(getattr(m, "qkv", None), SplitQKV) and hasattr(m, "proj")
+             and getattr(m, "num_heads", None)]
+    if not attns:
+        raise ValueError(f"head pruning needs attention heads (timm Attention with a split qkv); "
+                         f"{type(model).__name__} has none")
+    base = 0
+    for m in attns:
+        H = m.num_heads
+        for lin in (m.qkv.q, m.qkv.k, m.qkv.v):
+            hd = lin.out_features // H
+            for p in (lin.weight, lin.bias):
+                if p is None:
+                    continue
+                a, b = flat.param_range[params[id(p)]]
+                view = ids[a:b].view(p.shape[0], -1)
+                for h in range(H):
+                    view[h * hd:(h + 1) * hd] = base + h
+        a, b = flat.param_range[params[id(m.proj.weight)]]
+        view = ids[a:b].view(m.proj.weight.shape)
+        hd = m.proj.weight.shape[1] // H
+        for h in range(H):
+            view[:, h * hd:(h + 1) * hd] = base + h
+        base += H
+    return ids, attns
+
+
+class HeadPruning(Method):
+    """FedAvg where each client trains its most confident heads and the server averages heads by confidence."""
+
+    def setup(self, setup) -> None:
+        super().setup(setup)
+        self.head, self.attns = head_index(setup.model, setup.flat)
+        self.n_heads = int(self.head.max()) + 1
+        self.is_head = self.head >= 0
+        self.head_pos = self.head[self.is_head]
+        self.keep = max(1, math.ceil((1 - self.cfg.head_sparsity) * self.n_heads))
+        self.importance = torch.full((self.cfg.n_clients,), math.nan)
+        dev = setup.flat.data.device
+        self.num = torch.zeros(int(self.is_head.sum()), device=dev)
+        self.den = torch.zeros(self.n_heads, device=dev)
+        self.conf = {}
+
+    # --- participation ---------------------------------------------------------------------
+    def sample_clients(self, r: int) -> list[int]:
+        cfg = self.cfg
+        m = cfg.clients_per_round or cfg.n_clients
+        if m >= cfg.n_clients:
+            return list(range(cfg.n_clients))
+        rng = np.random.default_rng(derive_seed(cfg.seed, r, 106))
+        score = torch.nan_to_num(self.importance, nan=math.inf).tolist()  # never seen: first
+        order = sorted(range(cfg.n_clients), key=lambda i: (-score[i], i))
+        n_random = int(rng.binomial(m, EXPLORE))
+        chosen = order[:m - n_random]
+        rest = [i for i in range(cfg.n_clients) if i not in chosen]
+        chosen += [int(i) for i in rng.choice(rest, size=n_random, replace=False)]
+        return sorted(chosen)
+
+    # --- what each client trains -----------------------------------------------------------
+    @torch.no_grad()
+    def _probe(self, cid: int):
+        """(per-head confidence, loss) of the resident model on the client's probe samples."""
+        s = self.s
+        idx = s.client_train[cid][:PROBE]
+        seen, hooks = [], []
+        for m in self.attns:
+            m.fused_attn_saved = getattr(m, "fused_attn", False)
+            m.fused_attn = False
+            hooks.append(m.attn_drop.register_forward_hook(lambda mod, inp, out: seen.append(inp[0])))
+        training = s.model.training
+        s.model.eval()
+        try:
+            loss = F.cross_entropy(s.model(s.x[idx]), s.y[idx]).item()
+        finally:
+            for h in hooks:
+                h.remove()
+            for m in self.attns:
+                m.fused_attn = m.fused_attn_saved
+            s.model.train(training)
+        conf = torch.cat([p.amax(-1).mean(dim=(0, 2)) for p in seen])  # (blocks * heads,)
+        return conf, loss
+
+    def begin_round(self, r: int, sampled: list[int]) -> None:
+        super().begin_round(r, sampled)
+        self.sampled = list(sampled)
+        self.num.zero_()
+        self.den.zero_()
+        self.conf = {}
+        self.masks = {}
+        self.loss_before = {}
+        x = self.s.flat.data.clone()
+        for cid in sampled:  # every client probes the same global weights
+            self.s.flat.data.copy_(x)
+            conf, loss = self._probe(cid)
+            if self.cfg.head_weighting == "uniform":
+                conf = torch.ones_like(conf)
+            top = torch.topk(conf, self.keep).indices if self.keep < self.n_heads else torch.arange(self.n_heads)
+            trained = torch.zeros(self.n_heads, dtype=torch.bool, device=conf.device)
+            trained[top] = True
+            self.conf[cid], self.loss_before[cid] = conf * trained, loss
+            self.masks[cid] = (~self.is_head | trained[self.head.clamp(min=0)]).to(self.s.flat.data.dtype)
+        self.s.flat.data.copy_(x)
+
+    def client_mask(self, r: int, cid: int) -> torch.Tensor:
+        return self.masks[cid]
+
+    def after_client(self, r, cid, delta, steps, lr, mask) -> None:
+        super().after_client(r, cid, delta, steps, lr, mask)
+        s, idx = self.s, self.s.client_train[cid][:PROBE]
+        with torch.no_grad():
+            training = s.model.training
+            s.model.eval()
+            loss_after = F.cross_entropy(s.model(s.x[idx]), s.y[idx]).item()
+            s.model.train(training)
+        self.importance[cid] = self.loss_before[cid] - loss_after
+
+    def client_bytes(self, r, cid, payload, trainable) -> tuple[int, int]:
+        f = self.local.exchange_factor
+        return f * trainable, f * payload + 4 * self.n_heads  # the confidences go up too
+
+    # --- aggregation ------------------------------------------------------------------------
+    def aggregate(self, acc, cid, delta, weight) -> None:
+        super().aggregate(acc, cid, delta, weight)  # non-head entries: the p_i-weighted sum
+        w = weight * self.conf[cid]                  # (heads,), 0 for heads the client did not train
+        self.num.add_(delta[self.is_head] * w[self.head_pos])
+        self.den.add_(w)
+
+    def server_update(self, r, x, acc, mask, sampled) -> None:
+        den = self.den[self.head_pos]
+        acc[self.is_head] = torch.where(den > 0, self.num / den.clamp(min=1e-30), torch.zeros_like(den))
+        super().server_update(r, x, acc, mask, sampled)
+
+    def on_round_end(self, r: int, row: dict, history) -> bool | None:
+        row["clients"] = self.sampled
+        row["heads_trained"] = {str(c): int((self.conf[c] > 0).sum()) for c in self.sampled}
+        return super().on_round_end(r, row, history)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "importance": self.importance.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.importance = state["importance"].cpu().clone()
