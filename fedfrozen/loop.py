@@ -319,7 +319,8 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
             opt.reset()  # a fresh local optimiser state per client per round
             cmask = method.client_mask(r, cid)
             opt.mask = cmask
-            method.init_client(r, cid, opt, mask if cmask is None else cmask * mask)
+            trains = mask if cmask is None else cmask * mask  # what this client trains, within the stage's groups
+            method.init_client(r, cid, opt, trains)
             seed = derive_seed(cfg.seed, r, cid, 105)
             torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
             gen = torch.Generator().manual_seed(seed)
@@ -338,9 +339,8 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
             method.aggregate(acc, cid, delta, float(p))
             for g, sq in flat.group_sq_norms(delta).items():
                 client_sq[g] += p * sq
-            cmask_eff = mask if cmask is None else cmask * mask
-            method.after_client(r, cid, delta, steps, lr, cmask_eff)
-            payload = trainable_bytes if cmask is None else int(cmask_eff.count_nonzero()) * flat.element_size
+            method.after_client(r, cid, delta, steps, lr, trains)
+            payload = trainable_bytes if cmask is None else int(trains.count_nonzero()) * flat.element_size
             down, up = method.client_bytes(r, cid, payload, trainable_bytes)
             bytes_down += down
             bytes_up += up
