@@ -127,9 +127,7 @@ class HeadPruning(Method):
         self.conf = {}
         self.masks = {}
         self.loss_before = {}
-        x = self.s.flat.data.clone()
-        for cid in sampled:  # every client probes the same global weights
-            self.s.flat.data.copy_(x)
+        for cid in sampled:  # the resident model holds the round's global weights; probing does not change them
             conf, loss = self._probe(cid)
             if self.cfg.head_weighting == "uniform":
                 conf = torch.ones_like(conf)
@@ -138,7 +136,6 @@ class HeadPruning(Method):
             trained[top] = True
             self.conf[cid], self.loss_before[cid] = conf * trained, loss
             self.masks[cid] = (~self.is_head | trained[self.head.clamp(min=0)]).to(self.s.flat.data.dtype)
-        self.s.flat.data.copy_(x)
 
     def client_mask(self, r: int, cid: int) -> torch.Tensor:
         return self.masks[cid]
