@@ -57,7 +57,10 @@ class Config:
     value_l2_warmup: bool = False      # apply the value penalty in stage 1 too
     local_objective: str | None = None  # override: plain | prox | scaffold | feddyn
     server_opt: str | None = None      # override: avg | momentum | adam | yogi | adagrad | feddyn
-    freeze_schedule: str | None = None  # override: none | warmup | start
+    freeze_schedule: str | None = None  # override: none | warmup | start | kernel_plateau | drift_ratio
+    freeze_tau: float = 0.01           # kernel_plateau: relative kernel change below which a round counts as a plateau
+    freeze_rho: float = 1.0            # drift_ratio: freeze when qk drift exceeds rho times v drift
+    freeze_patience: int = 3           # adaptive schedules: consecutive rounds the condition must hold
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha
     tlu_k: int | None = None           # FedTLU: layers trained per round (None: 25% of the layers, at least 1)
@@ -155,6 +158,9 @@ class Config:
         if self.freeze_schedule is not None:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
+        number("freeze_tau", 0)
+        number("freeze_rho", 0)
+        integer("freeze_patience", 1)
         integer("tlu_k", 1, none_ok=True)
         number("head_sparsity", 0, 1)
         if self.head_sparsity >= 1:
