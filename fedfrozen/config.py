@@ -64,6 +64,7 @@ class Config:
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha
     tlu_k: int | None = None           # FedTLU: layers trained per round (None: 25% of the layers, at least 1)
+    afedlf_max_depth: int | None = None  # AFedLF: deepest frozen prefix (blocks); None: all but the last block
     head_sparsity: float = 0.5         # head pruning: share s of attention heads each client leaves untrained, in [0, 1)
     head_weighting: str = "confidence"  # head pruning: per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)
     scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
@@ -162,6 +163,7 @@ class Config:
         number("freeze_rho", 0)
         integer("freeze_patience", 1)
         integer("tlu_k", 1, none_ok=True)
+        integer("afedlf_max_depth", 0, none_ok=True)
         number("head_sparsity", 0, 1)
         if self.head_sparsity >= 1:
             raise ValueError(f"head_sparsity must be in [0, 1): at least one head trains; got {self.head_sparsity!r}")

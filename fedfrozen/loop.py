@@ -150,7 +150,8 @@ def _autocast(cfg: Config, device):
 
 
 def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None,
-                 anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", mask=None):
+                 anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", mask=None,
+                 forward=None):
     """Train the resident model on samples `idx`; returns (summed loss tensor, number of steps).
 
     Per step the flat gradient gets the local objective's terms (paper, Eq. of stage 2):
@@ -158,7 +159,8 @@ def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epoc
     (SCAFFOLD c - c_i, FedDyn -h_i) and the value penalty on the `v` slice; a client `mask`
     (a method's per-client trainable entries) then zeroes the gradient elsewhere. With
     augmentation on (fedfrozen.augment) each batch is cropped and flipped on the device, by
-    parameters drawn from `gen` once per call, after the batch order.
+    parameters drawn from `gen` once per call, after the batch order. `forward(batch indices,
+    inputs)`, when a method gives one (AFedLF's cached prefix), replaces the model's forward pass.
     """
     cfg, flat, model = s.cfg, s.flat, s.model
     model.train()
@@ -173,7 +175,7 @@ def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epoc
         flat.zero_grad()
         xb = s.x[b] if a is None else augment.apply(s.x[b], a)
         with _autocast(cfg, s.device):
-            loss = F.cross_entropy(model(xb), s.y[b])
+            loss = F.cross_entropy(model(xb) if forward is None else forward(b, xb), s.y[b])
         loss.backward()
         g = flat.grad
         if anchor_coeff:
@@ -321,13 +323,14 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
             opt.mask = cmask
             trains = mask if cmask is None else cmask * mask  # what this client trains, within the stage's groups
             method.init_client(r, cid, opt, trains)
+            forward = method.client_forward(r, cid)
             seed = derive_seed(cfg.seed, r, cid, 105)
             torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
             gen = torch.Generator().manual_seed(seed)
             loss_sum, steps = _local_train(
                 s, opt, s.client_train[cid], gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
                 anchor=x_global, anchor_coeff=anchor_coeff, correction=method.correction(cid),
-                value_l2=value_l2, value_mode=cfg.value_l2_mode, mask=cmask)
+                value_l2=value_l2, value_mode=cfg.value_l2_mode, mask=cmask, forward=forward)
             client_loss = (loss_sum / steps).item()
             if not math.isfinite(client_loss):
                 hist.diverged = {"round": r, "client": cid}

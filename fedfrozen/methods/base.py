@@ -12,6 +12,7 @@ buffers and the order of events; at each point where methods differ it calls a h
       per sampled client i:
         client_mask(r, i)                         finer per-client trainable mask over the flat vector (None: all trainable)
         init_client(r, i, opt, mask)              client optimiser state / pre-training work (SCAFFOLD option I)
+        client_forward(r, i)                      None, or a forward(batch indices, inputs) replacing the model's (cached prefixes)
         anchor_coeff(), correction(i),            the local objective's gradient terms
         value_penalty(r)
         after_client(r, i, delta, steps, lr, mask)
@@ -137,6 +138,11 @@ class Method:
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
         """Before client `cid` trains (the model holds the global weights, `opt` a fresh state)."""
         self.local.before_client(r, cid, self.s, mask)
+
+    def client_forward(self, r: int, cid: int):
+        """None (the model's own forward), or `forward(batch_indices, inputs) -> logits` for client `cid`'s
+        local steps this round, e.g. one that starts from cached activations of a frozen prefix."""
+        return None
 
     def after_client(self, r: int, cid: int, delta: torch.Tensor, steps: int, lr: float,
                      mask: torch.Tensor) -> None:

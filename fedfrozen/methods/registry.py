@@ -17,6 +17,7 @@ processes, which see it only if the module that registers it is imported there t
 from __future__ import annotations
 
 from ..qkv import GROUPS
+from .afedlf import AFedLF
 from .base import Method
 from .fedtlu import FedTLU
 from .head_pruning import HeadPruning
@@ -106,5 +107,6 @@ for _name, _comp, _summary in _PRESETS:
 register("fedtlu", FedTLU, summary="FedTLU: each round only the k highest-scoring layers train and upload")
 register("fedfrozen_tlu", FedTLU, schedule="warmup", frozen=None,
          summary="FedFrozen + FedTLU: layer selection, and Q/K frozen from round T0")
+register("afedlf", AFedLF, summary="AFedLF: per-client frozen prefix for gain per simulated second, prefix cache")
 register("head_pruning", HeadPruning,
          summary="head pruning: clients train their most confident heads; per-head confidence-weighted averaging")

@@ -1,0 +1,161 @@
+"""AFedLF: adaptive per-client layer freezing for heterogeneous devices (after Zeng et al., IEEE TMC 2025).
+
+The paper's text was not available: everything here is [recon] (docs/methods.md). Each client has
+a seeded device profile: compute speed c_i and bandwidth b_i, log-normal around 1 (σ 0.5), in units
+of COMPUTE_RATE sample-passes per second and BANDWIDTH bytes per second. Each round client i
+freezes the embedding and its first f_i blocks (f_i = 0: nothing), with
+f_i = argmax_f gain(f) / time_i(f):
+    time_i(f) = n_i · (B + 1 − f) / (B + 1) / (c_i · COMPUTE_RATE) + (model bytes + upload(f)) / (b_i · BANDWIDTH)
+and gain(f) the running mean (EMA 0.5) of the loss decrease that clients with depth f achieved
+(global minus trained model on a probe of the client's samples), starting from a prior that is
+proportional to the trained share of the layers. While a client's prefix is unchanged on the
+server since it was cached, its local steps start from the cached prefix outputs of its samples
+and really skip the prefix's forward pass (not with augmentation, which changes the inputs).
+The simulated round time is the slowest sampled client's time; the History gets `sim_seconds`,
+`sim_clock`, `depths` and `cache_hits`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import augment
+from ..rng import derive_seed
+from .base import Method
+from .fedtlu import layer_of_parameters
+
+__all__ = ["AFedLF", "COMPUTE_RATE", "BANDWIDTH", "PROBE"]
+
+COMPUTE_RATE = 1000.0  # sample-passes per second of a median device
+BANDWIDTH = 1e6        # bytes per second of a median link
+PROBE = 128
+
+
+class AFedLF(Method):
+    """FedAvg with a per-client frozen prefix chosen for gain per simulated second, and a prefix cache."""
+
+    def setup(self, setup) -> None:
+        super().setup(setup)
+        model = setup.model
+        if not all(hasattr(model, a) for a in ("blocks", "patch_embed", "_pos_embed", "norm", "forward_head")):
+            raise ValueError(f"AFedLF needs a timm VisionTransformer-like model (patch_embed, blocks, norm, "
+                             f"forward_head); {type(model).__name__} is not one")
+        self.layer, n_layers = layer_of_parameters(model, setup.flat)
+        self.B = n_layers - 2
+        self.max_depth = min(self.cfg.afedlf_max_depth, self.B - 1) if self.cfg.afedlf_max_depth is not None else self.B - 1
+        rng = np.random.default_rng(derive_seed(self.cfg.seed, 107))
+        n = self.cfg.n_clients
+        self.compute = rng.lognormal(0.0, 0.5, n)
+        self.bandwidth = rng.lognormal(0.0, 0.5, n)
+        el = setup.flat.element_size
+        self.layer_bytes = [int((self.layer == i).sum()) * el for i in range(n_layers)]
+        self.model_bytes = sum(self.layer_bytes)
+        self.gain = [(self.B + 1 - f) / (self.B + 1) for f in range(self.max_depth + 1)]
+        self.version = torch.zeros(n_layers, dtype=torch.long)
+        self.ranges = [torch.nonzero(self.layer == i).flatten() for i in range(n_layers)]
+        self.keys: dict[int, tuple] = {}     # client -> (depth, prefix versions) of its cached outputs
+        self.store: dict[int, torch.Tensor] = {}
+        self.sim_clock = 0.0
+        self.use_cache = not augment.enabled(self.cfg)
+
+    # --- the depth choice ---------------------------------------------------------------------
+    def time_of(self, cid: int, f: int) -> float:
+        n = len(self.s.client_train[cid])
+        compute = n * (self.B + 1 - f) / (self.B + 1) / (self.compute[cid] * COMPUTE_RATE)
+        upload = self.model_bytes - sum(self.layer_bytes[:f + 1]) if f > 0 else self.model_bytes
+        return float(compute + (self.model_bytes + upload) / (self.bandwidth[cid] * BANDWIDTH))
+
+    def depth_of(self, cid: int) -> int:
+        scores = [self.gain[f] / self.time_of(cid, f) for f in range(self.max_depth + 1)]
+        return max(range(len(scores)), key=lambda f: (scores[f], -f))
+
+    def begin_round(self, r: int, sampled: list[int]) -> None:
+        super().begin_round(r, sampled)
+        self.depths = {cid: self.depth_of(cid) for cid in sampled}
+        self.masks = {cid: None if f == 0 else (self.layer > f).to(self.s.flat.data.dtype) for cid, f in self.depths.items()}
+        self.round_seconds = max(self.time_of(cid, f) for cid, f in self.depths.items())
+        self.hits = 0
+        self.loss_before = {cid: self._probe_loss(cid) for cid in sampled}  # at the global weights
+
+    def client_mask(self, r: int, cid: int):
+        return self.masks[cid]
+
+    # --- the prefix cache ---------------------------------------------------------------------
+    def _prefix(self, x: torch.Tensor, f: int) -> torch.Tensor:
+        m = self.s.model
+        x = m.norm_pre(m.patch_drop(m._pos_embed(m.patch_embed(x))))
+        for blk in m.blocks[:f]:
+            x = blk(x)
+        return x
+
+    def _suffix(self, h: torch.Tensor, f: int) -> torch.Tensor:
+        m = self.s.model
+        for blk in m.blocks[f:]:
+            h = blk(h)
+        return m.forward_head(m.norm(h))
+
+    def client_forward(self, r: int, cid: int):
+        f = self.depths[cid]
+        if f == 0 or not self.use_cache:
+            return None
+        key = (f, tuple(int(v) for v in self.version[:f + 1]))
+        idx = self.s.client_train[cid]
+        if self.keys.get(cid) == key and cid in self.store:
+            self.hits += 1
+        else:
+            if self.keys.get(cid) == key:
+                self.hits += 1  # valid but not in memory (after a resume): rebuilt once, counted as the hit it is
+            with torch.no_grad():
+                self.store[cid] = torch.cat([self._prefix(self.s.x[b], f) for b in idx.split(512)])
+            self.keys[cid] = key
+        pos = torch.full((len(self.s.x),), -1, dtype=torch.long, device=idx.device)
+        pos[idx] = torch.arange(len(idx), device=idx.device)
+        cache = self.store[cid]
+        return lambda b, xb: self._suffix(cache[pos[b]], f)
+
+    # --- gains, versions, clock ---------------------------------------------------------------
+    @torch.no_grad()
+    def _probe_loss(self, cid: int) -> float:
+        s, idx = self.s, self.s.client_train[cid][:PROBE]
+        training = s.model.training
+        s.model.eval()
+        loss = F.cross_entropy(s.model(s.x[idx]), s.y[idx]).item()
+        s.model.train(training)
+        return loss
+
+    def after_client(self, r, cid, delta, steps, lr, mask) -> None:
+        super().after_client(r, cid, delta, steps, lr, mask)
+        f = self.depths[cid]
+        observed = self.loss_before[cid] - self._probe_loss(cid)
+        if math.isfinite(observed):
+            self.gain[f] = 0.5 * self.gain[f] + 0.5 * max(observed, 1e-6)
+
+    def server_update(self, r, x, acc, mask, sampled) -> None:
+        super().server_update(r, x, acc, mask, sampled)
+        for i, idx in enumerate(self.ranges):
+            if (acc[idx] != 0).any():
+                self.version[i] = r + 1
+        self.sim_clock += self.round_seconds
+
+    def on_round_end(self, r: int, row: dict, history) -> bool | None:
+        row.update(sim_seconds=self.round_seconds, sim_clock=self.sim_clock, cache_hits=self.hits,
+                   depths={str(c): f for c, f in self.depths.items()})
+        return super().on_round_end(r, row, history)
+
+    def state_dict(self) -> dict:
+        keys = {str(c): torch.tensor([k[0], *k[1]]) for c, k in self.keys.items()}
+        return {**super().state_dict(), "gain": torch.tensor(self.gain, dtype=torch.float64),
+                "version": self.version.clone(), "sim_clock": torch.tensor(self.sim_clock, dtype=torch.float64),
+                "keys": keys}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.gain = [float(g) for g in state["gain"]]
+        self.version = state["version"].cpu().clone()
+        self.sim_clock = float(state["sim_clock"])
+        self.keys = {int(c): (int(k[0]), tuple(int(v) for v in k[1:])) for c, k in state["keys"].items()}
+        self.store = {}
