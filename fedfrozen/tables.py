@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "SPREAD_RULE"]
+__all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "SPREAD_RULE",
+           "simulated_clock"]
 
 SPREAD_RULE = ("a difference holds (is 'beyond the spread') when |mean_a - mean_b| > max(std_a, std_b): the "
                "larger of the two sample standard deviations over seeds (ddof 1); a single run has no spread (0)")
@@ -131,3 +132,26 @@ def format_mean_std(stats, digits: int = 3):
     return pd.DataFrame({c: [_cell(m, s, int(k), int(n), digits)
                              for m, s, k, n in zip(stats[(c, "mean")], stats[(c, "std")], stats[(c, "count")], runs)]
                          for c in cols}, index=stats.index)
+
+
+def simulated_clock(cfg, hist) -> list:
+    """Cumulative simulated seconds after each round, on AFedLF's seeded device profiles (the same for every
+    method of a config's seed): AFedLF's own clock when the run has one; otherwise a client trains the whole
+    model and exchanges what the History says a client exchanged that round, and a round lasts as long as the
+    slowest of all clients (exact when every client takes part, as at the cpu profile; an upper bound when
+    only some are sampled, since the History does not record which)."""
+    if hist.rows and hist.rows[0].get("sim_clock") is not None:
+        return [r["sim_clock"] for r in hist.rows]
+    from .loop import prepare
+    from .methods.afedlf import client_seconds, device_profiles
+
+    s = prepare(cfg.replace(device="cpu"))
+    compute, bandwidth = device_profiles(cfg)
+    sizes = [len(t) for t in s.client_train]
+    m = cfg.clients_per_round or cfg.n_clients
+    clock, out = 0.0, []
+    for r in hist.rows:
+        down, up = r["bytes_down"] / m, r["bytes_up"] / m  # per client (every sampled client exchanges the same)
+        clock += max(client_seconds(sizes[i], compute[i], bandwidth[i], 1.0, down, up) for i in range(cfg.n_clients))
+        out.append(clock)
+    return out

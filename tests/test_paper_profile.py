@@ -114,5 +114,6 @@ def test_dry_run_executes_every_paper_config_of_every_notebook():
     failed = [(r["notebook"], r["error"]) for r in rows if r["status"] != "ok"]
     assert not failed, failed
     names = {r["notebook"].split(" ")[0][:2] for r in rows}
-    assert names == {"00", "02", "03", "04", "05", "06", "07"}
+    expected = {nb.name[:2] for nb in ff.io.notebooks() if "ff.Config(" in nb.read_text() or "ff.data.load(" in nb.read_text()}
+    assert names == expected and {"00", "03", "07"} <= names
     assert all(r["configs"] > 0 for r in rows if not r["notebook"].startswith("02"))

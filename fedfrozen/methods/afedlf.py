@@ -28,11 +28,23 @@ from ..rng import derive_seed
 from .base import Method
 from .fedtlu import layer_of_parameters
 
-__all__ = ["AFedLF", "COMPUTE_RATE", "BANDWIDTH", "PROBE"]
+__all__ = ["AFedLF", "COMPUTE_RATE", "BANDWIDTH", "PROBE", "device_profiles", "client_seconds"]
 
 COMPUTE_RATE = 1000.0  # sample-passes per second of a median device
 BANDWIDTH = 1e6        # bytes per second of a median link
 PROBE = 128
+
+
+def device_profiles(cfg) -> tuple[np.ndarray, np.ndarray]:
+    """(compute speed, bandwidth) of every client, log-normal around 1 (sigma 0.5), seeded by the config."""
+    rng = np.random.default_rng(derive_seed(cfg.seed, 107))
+    return rng.lognormal(0.0, 0.5, cfg.n_clients), rng.lognormal(0.0, 0.5, cfg.n_clients)
+
+
+def client_seconds(n_samples: int, compute: float, bandwidth: float, trained_share: float, down_bytes: int,
+                   up_bytes: int) -> float:
+    """Simulated seconds of one client's round: its local passes plus its download and upload."""
+    return float(n_samples * trained_share / (compute * COMPUTE_RATE) + (down_bytes + up_bytes) / (bandwidth * BANDWIDTH))
 
 
 class AFedLF(Method):
@@ -47,10 +59,7 @@ class AFedLF(Method):
         self.layer, n_layers = layer_of_parameters(model, setup.flat)
         self.B = n_layers - 2
         self.max_depth = min(self.cfg.afedlf_max_depth, self.B - 1) if self.cfg.afedlf_max_depth is not None else self.B - 1
-        rng = np.random.default_rng(derive_seed(self.cfg.seed, 107))
-        n = self.cfg.n_clients
-        self.compute = rng.lognormal(0.0, 0.5, n)
-        self.bandwidth = rng.lognormal(0.0, 0.5, n)
+        self.compute, self.bandwidth = device_profiles(self.cfg)
         el = setup.flat.element_size
         self.layer_bytes = [int((self.layer == i).sum()) * el for i in range(n_layers)]
         self.model_bytes = sum(self.layer_bytes)
@@ -64,10 +73,9 @@ class AFedLF(Method):
 
     # --- the depth choice ---------------------------------------------------------------------
     def time_of(self, cid: int, f: int) -> float:
-        n = len(self.s.client_train[cid])
-        compute = n * (self.B + 1 - f) / (self.B + 1) / (self.compute[cid] * COMPUTE_RATE)
         upload = self.model_bytes - sum(self.layer_bytes[:f + 1]) if f > 0 else self.model_bytes
-        return float(compute + (self.model_bytes + upload) / (self.bandwidth[cid] * BANDWIDTH))
+        return client_seconds(len(self.s.client_train[cid]), self.compute[cid], self.bandwidth[cid],
+                              (self.B + 1 - f) / (self.B + 1), self.model_bytes, upload)
 
     def depth_of(self, cid: int) -> int:
         scores = [self.gain[f] / self.time_of(cid, f) for f in range(self.max_depth + 1)]
