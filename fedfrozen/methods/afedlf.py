@@ -21,18 +21,16 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .. import augment
 from ..rng import derive_seed
-from .base import Method
+from .base import Method, probe_loss
 from .fedtlu import layer_of_parameters
 
-__all__ = ["AFedLF", "COMPUTE_RATE", "BANDWIDTH", "PROBE", "device_profiles", "client_seconds"]
+__all__ = ["AFedLF", "COMPUTE_RATE", "BANDWIDTH", "device_profiles", "client_seconds"]
 
 COMPUTE_RATE = 1000.0  # sample-passes per second of a median device
 BANDWIDTH = 1e6        # bytes per second of a median link
-PROBE = 128
 
 
 def device_profiles(cfg) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +85,7 @@ class AFedLF(Method):
         self.masks = {cid: None if f == 0 else (self.layer > f).to(self.s.flat.data.dtype) for cid, f in self.depths.items()}
         self.round_seconds = max(self.time_of(cid, f) for cid, f in self.depths.items())
         self.hits = 0
-        self.loss_before = {cid: self._probe_loss(cid) for cid in sampled}  # at the global weights
+        self.loss_before = {cid: probe_loss(self.s, cid) for cid in sampled}  # at the global weights
 
     def client_mask(self, r: int, cid: int):
         return self.masks[cid]
@@ -126,19 +124,10 @@ class AFedLF(Method):
         return lambda b, xb: self._suffix(cache[pos[b]], f)
 
     # --- gains, versions, clock ---------------------------------------------------------------
-    @torch.no_grad()
-    def _probe_loss(self, cid: int) -> float:
-        s, idx = self.s, self.s.client_train[cid][:PROBE]
-        training = s.model.training
-        s.model.eval()
-        loss = F.cross_entropy(s.model(s.x[idx]), s.y[idx]).item()
-        s.model.train(training)
-        return loss
-
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
         f = self.depths[cid]
-        observed = self.loss_before[cid] - self._probe_loss(cid)
+        observed = self.loss_before[cid] - probe_loss(self.s, cid)
         if math.isfinite(observed):
             self.gain[f] = 0.5 * self.gain[f] + 0.5 * max(observed, 1e-6)
 

@@ -40,9 +40,22 @@ from .freezing import FREEZE_SCHEDULES
 from .objective import LocalObjective, Prox
 from .scaffold import Scaffold
 
-__all__ = ["Method", "LOCAL_OBJECTIVES"]
+__all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss"]
+
+PROBE = 128  # samples of a client that methods evaluate on (importance, gains, confidences)
 
 LOCAL_OBJECTIVES = {"plain": LocalObjective, "prox": Prox, "scaffold": Scaffold, "feddyn": FedDyn}
+
+
+@torch.no_grad()
+def probe_loss(setup, cid: int) -> float:
+    """Mean loss of the resident model, in eval mode, on the first PROBE training samples of client `cid`."""
+    model, idx = setup.model, setup.client_train[cid][:PROBE]
+    training = model.training
+    model.eval()
+    loss = torch.nn.functional.cross_entropy(model(setup.x[idx]), setup.y[idx]).item()
+    model.train(training)
+    return loss
 
 
 class Method:

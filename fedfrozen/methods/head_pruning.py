@@ -25,11 +25,10 @@ import torch.nn.functional as F
 
 from ..qkv import SplitQKV
 from ..rng import derive_seed
-from .base import Method
+from .base import PROBE, Method, probe_loss
 
-__all__ = ["HeadPruning", "head_index", "PROBE", "EXPLORE"]
+__all__ = ["HeadPruning", "head_index", "EXPLORE"]
 
-PROBE = 128    # samples per client for confidences and importance
 EXPLORE = 0.2  # share of the round's clients picked at random
 
 
@@ -142,13 +141,7 @@ class HeadPruning(Method):
 
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
-        s, idx = self.s, self.s.client_train[cid][:PROBE]
-        with torch.no_grad():
-            training = s.model.training
-            s.model.eval()
-            loss_after = F.cross_entropy(s.model(s.x[idx]), s.y[idx]).item()
-            s.model.train(training)
-        self.importance[cid] = self.loss_before[cid] - loss_after
+        self.importance[cid] = self.loss_before[cid] - probe_loss(self.s, cid)
 
     def client_bytes(self, r, cid, payload, trainable) -> tuple[int, int]:
         f = self.local.exchange_factor
