@@ -83,8 +83,8 @@ class HeadPruning(Method):
     def sample_clients(self, r: int) -> list[int]:
         cfg = self.cfg
         m = cfg.clients_per_round or cfg.n_clients
-        if m >= cfg.n_clients:
-            return list(range(cfg.n_clients))
+        if m >= cfg.n_clients:  # full participation: nothing to choose
+            return super().sample_clients(r)
         rng = np.random.default_rng(derive_seed(cfg.seed, r, 106))
         score = torch.nan_to_num(self.importance, nan=math.inf).tolist()  # never seen: first
         order = sorted(range(cfg.n_clients), key=lambda i: (-score[i], i))
@@ -101,8 +101,8 @@ class HeadPruning(Method):
         s = self.s
         idx = s.client_train[cid][:PROBE]
         seen, hooks = [], []
+        fused = [getattr(m, "fused_attn", False) for m in self.attns]
         for m in self.attns:
-            m.fused_attn_saved = getattr(m, "fused_attn", False)
             m.fused_attn = False
             hooks.append(m.attn_drop.register_forward_hook(lambda mod, inp, out: seen.append(inp[0])))
         training = s.model.training
@@ -112,8 +112,8 @@ class HeadPruning(Method):
         finally:
             for h in hooks:
                 h.remove()
-            for m in self.attns:
-                m.fused_attn = m.fused_attn_saved
+            for m, f in zip(self.attns, fused):
+                m.fused_attn = f
             s.model.train(training)
         conf = torch.cat([p.amax(-1).mean(dim=(0, 2)) for p in seen])  # (blocks * heads,)
         return conf, loss
