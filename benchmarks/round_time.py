@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import fedfrozen as ff
-from fedfrozen import loop
+from fedfrozen import local, loop
 from fedfrozen.rng import derive_seed
 
 p = argparse.ArgumentParser()
@@ -37,7 +37,7 @@ R = cfg.rounds
 def client_batches(r, cid):
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, r, cid, 105))
     idx = setup.client_train[cid]
-    return [idx[b] for b in loop._batches(len(idx), cfg, gen, cfg.local_epochs, None)]
+    return [idx[b] for b in local.batches(len(idx), cfg, gen, cfg.local_epochs, None)]
 
 
 def naive_round(global_model, r):

@@ -81,6 +81,9 @@ class Config:
     device: str = "auto"               # auto | cpu | cuda
     eval_every: int = 1                # evaluate the global model every k rounds (and at the end)
     amp: bool = False                  # bfloat16 autocast (GPU only)
+    engine: str = "sequential"         # local training: sequential (one client at a time) | batched (vmap over clients) | auto
+    engine_chunk: int | None = None    # batched engine: clients trained at once (None: as many as a memory budget allows)
+    engine_compile: bool = False       # batched engine: torch.compile its step (pays on long runs; benchmarks/engine.py)
 
     def __post_init__(self):
         self.freeze = tuple(self.freeze)
@@ -183,6 +186,10 @@ class Config:
         integer("seed", 0)
         choice("device", ("auto", "cpu", "cuda"))
         integer("eval_every", 1)
+        choice("engine", ("sequential", "batched", "auto"))
+        integer("engine_chunk", 1, none_ok=True)
+        if not isinstance(self.engine_compile, bool):
+            raise ValueError(f"engine_compile must be True or False; got {self.engine_compile!r}")
         methods.build(self)  # the method's own checks (component compatibility)
 
     # --- (de)serialisation ----------------------------------------------------------------

@@ -17,7 +17,7 @@ from torch import nn
 
 from .qkv import GROUPS, param_groups
 
-__all__ = ["FlatParams", "FlatOptimizer", "merged_slices"]
+__all__ = ["FlatParams", "FlatOptimizer", "merged_slices", "adamw_step", "sgd_step"]
 
 
 class FlatParams:
@@ -139,27 +139,42 @@ class FlatOptimizer:
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
-        lr, wd = self.lr, self.weight_decay
-        if self.kind == "adamw":
-            b1, b2 = self.betas
-            bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-            for s, (p, g, m, v) in zip(self.slices, self._views()):
-                if wd:
-                    p.mul_(1 - lr * wd if self.mask is None else self._decay_factor(lr, wd)[s])
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
-                p.addcdiv_(m, denom, value=-lr / bc1)
+        decay = None
+        if self.mask is not None and self.weight_decay:
+            decay = self._decay_factor(self.lr, self.weight_decay) if self.kind == "adamw" else self.mask
+        for s, (p, g, m, v) in zip(self.slices, self._views()):
+            d = None if decay is None else decay[s]
+            if self.kind == "adamw":
+                adamw_step(p, g, m, v, self.t, self.lr, self.weight_decay, self.betas, self.eps, d)
+            else:
+                sgd_step(p, g, m, self.t, self.lr, self.weight_decay, self.momentum, d)
+
+
+def adamw_step(p, g, m, v, t: int, lr: float, wd: float, betas, eps: float, decay=None) -> None:
+    """One AdamW step in place (torch.optim.AdamW's rule) on tensors of any shape, e.g. one client's
+    slice or the stacked (clients, entries) weights of the batched engine. `decay`: None, or a
+    per-entry factor replacing 1 - lr*wd (FlatOptimizer's masked weight decay)."""
+    b1, b2 = betas
+    bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+    if wd:
+        p.mul_(1 - lr * wd if decay is None else decay)
+    m.lerp_(g, 1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+    p.addcdiv_(m, denom, value=-lr / bc1)
+
+
+def sgd_step(p, g, m, t: int, lr: float, wd: float, momentum: float, mask=None) -> None:
+    """One SGD step with momentum in place (torch.optim.SGD's rule, no dampening or Nesterov);
+    `mask`: None, or a 0/1 tensor restricting the L2 weight decay term."""
+    if wd:
+        d = g.add(p, alpha=wd) if mask is None else g.addcmul(p, mask, value=wd)
+    else:
+        d = g
+    if momentum:
+        if t == 1:
+            m.copy_(d)
         else:
-            for s, (p, g, m, _) in zip(self.slices, self._views()):
-                if wd:
-                    d = g.add(p, alpha=wd) if self.mask is None else g.addcmul(p, self.mask[s], value=wd)
-                else:
-                    d = g
-                if self.momentum:
-                    if self.t == 1:
-                        m.copy_(d)
-                    else:
-                        m.mul_(self.momentum).add_(d)
-                    d = m
-                p.add_(d, alpha=-lr)
+            m.mul_(momentum).add_(d)
+        d = m
+    p.add_(d, alpha=-lr)

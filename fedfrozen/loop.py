@@ -21,9 +21,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import augment, data, methods, models, partition, qkv
+from . import batched, data, local, methods, models, partition, qkv
 from .config import Config
-from .flat import FlatOptimizer, FlatParams, merged_slices
+from .flat import FlatParams
 from .history import History
 from .io import atomic_write, environment
 from .progress import progress_bar
@@ -125,75 +125,7 @@ def _load_initial_weights(model, path: str) -> None:
     model.load_state_dict(state, strict=True)
 
 
-# --- local training -----------------------------------------------------------------------
-
-def _make_optimizer(cfg: Config, flat: FlatParams, groups=qkv.GROUPS) -> FlatOptimizer:
-    """The local optimiser over the given (trainable) groups of the flat buffer."""
-    return FlatOptimizer(flat, merged_slices(flat, groups), cfg.optimizer, lr=cfg.lr,
-                         weight_decay=cfg.weight_decay, momentum=cfg.momentum)
-
-
-def _batches(n: int, cfg: Config, gen: torch.Generator, epochs: int | None, steps: int | None):
-    """Index batches into a client's samples: `epochs` passes, or exactly `steps` batches."""
-    B = min(cfg.batch_size, n)
-    if epochs is not None:
-        perms = [torch.randperm(n, generator=gen) for _ in range(epochs)]
-        return [p[i:i + B] for p in perms for i in range(0, n, B)]
-    seq = torch.cat([torch.randperm(n, generator=gen) for _ in range(math.ceil(steps * B / n))])
-    return [seq[i * B:(i + 1) * B] for i in range(steps)]
-
-
-def _autocast(cfg: Config, device):
-    if cfg.amp:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return torch.autocast(device_type=device.type, enabled=False)
-
-
-def _local_train(s: Setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None,
-                 anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", mask=None,
-                 forward=None):
-    """Train the resident model on samples `idx`; returns (summed loss tensor, number of steps).
-
-    Per step the flat gradient gets the local objective's terms (paper, Eq. of stage 2):
-    anchor_coeff * (x - anchor) (FedProx mu / FedDyn alpha), a constant `correction`
-    (SCAFFOLD c - c_i, FedDyn -h_i) and the value penalty on the `v` slice; a client `mask`
-    (a method's per-client trainable entries) then zeroes the gradient elsewhere. With
-    augmentation on (fedfrozen.augment) each batch is cropped and flipped on the device, by
-    parameters drawn from `gen` once per call, after the batch order. `forward(batch indices,
-    inputs)`, when a method gives one (AFedLF's cached prefix), replaces the model's forward pass.
-    """
-    cfg, flat, model = s.cfg, s.flat, s.model
-    model.train()
-    loss_sum = torch.zeros((), device=s.device)
-    vs = flat.group_slice("v")
-    batches = _batches(len(idx), cfg, gen, epochs, steps)
-    order = idx[torch.cat(batches).to(idx.device)]  # one host-to-device copy per client and round
-    sizes = [len(b) for b in batches]
-    aug = (augment.draw(len(order), gen, s.device, flip=augment.AUGMENTED.get(cfg.dataset, True)).split(sizes)
-           if augment.enabled(cfg) else [None] * len(sizes))
-    for b, a in zip(torch.split(order, sizes), aug):
-        flat.zero_grad()
-        xb = s.x[b] if a is None else augment.apply(s.x[b], a)
-        with _autocast(cfg, s.device):
-            loss = F.cross_entropy(model(xb) if forward is None else forward(b, xb), s.y[b])
-        loss.backward()
-        g = flat.grad
-        if anchor_coeff:
-            g.add_(flat.data, alpha=anchor_coeff).sub_(anchor, alpha=anchor_coeff)
-        if correction is not None:
-            g.add_(correction)
-        if value_l2:
-            g[vs].add_(flat.data[vs], alpha=value_l2)
-            if value_mode == "prox":
-                g[vs].sub_(anchor[vs], alpha=value_l2)
-        if mask is not None:
-            g.mul_(mask)
-        if cfg.grad_clip:
-            g.mul_((cfg.grad_clip / (g.norm() + 1e-6)).clamp(max=1.0))
-        opt.step()
-        loss_sum += loss.detach()
-    return loss_sum, len(batches)
-
+# --- evaluation ---------------------------------------------------------------------------
 
 @torch.no_grad()
 def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, amp: bool = False):
@@ -214,9 +146,9 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, am
 def _pretrain_on_public(s: Setup) -> None:
     """Server warm start: `server_pretrain_epochs` of centralised training on the public split."""
     cfg = s.cfg
-    opt = _make_optimizer(cfg, s.flat)
+    opt = local.make_optimizer(cfg, s.flat)
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, 103))
-    _local_train(s, opt, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
+    local.train(s, opt, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
 
 
 # --- the loop -----------------------------------------------------------------------------
@@ -262,8 +194,11 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         raise FileNotFoundError(f"resume_from: no checkpoint at {resume_from}")
     cfg.validate()
     method = methods.build(cfg)
+    if cfg.engine == "batched" and not getattr(method, "batched", True):
+        raise ValueError(batched.unsupported(method, torch.nn.Module()) + "; use engine='sequential' or 'auto'")
     s = prepare(cfg, train, test)
     flat, model, device = s.flat, s.model, s.device
+    use_batched = _resolve_engine(cfg, method, model)
     if cfg.init == "public":
         _pretrain_on_public(s)
     method.setup(s)
@@ -287,11 +222,12 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         if frozen:
             qkv.freeze(model, *frozen)
         trainable = [g for g in groups if g not in frozen]
-        opt = _make_optimizer(cfg, flat, trainable)
-        return opt, flat.mask(trainable), flat.group_bytes(trainable), flat.group_bytes(frozen)
+        opt = local.make_optimizer(cfg, flat, trainable)
+        layout = batched.Layout(model, flat, trainable, frozen) if use_batched else None
+        return opt, layout, flat.mask(trainable), flat.group_bytes(trainable), flat.group_bytes(frozen)
 
     current = method.frozen_groups(start - 1) if start > 0 else ()
-    opt, mask, trainable_bytes, frozen_bytes = configure(current)
+    opt, layout, mask, trainable_bytes, frozen_bytes = configure(current)
     last_save = time.perf_counter()
 
     bar = _progress(range(start, cfg.rounds), progress)
@@ -299,7 +235,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         t0 = time.perf_counter()
         frozen = method.frozen_groups(r)
         if frozen != current:  # stage switch: fresh optimiser, method state and frozen-block delivery
-            opt, mask, trainable_bytes, frozen_bytes = configure(frozen)
+            opt, layout, mask, trainable_bytes, frozen_bytes = configure(frozen)
             method.on_stage_switch(frozen)
             received_frozen.clear()
             current = frozen
@@ -316,40 +252,62 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         anchor_coeff = method.anchor_coeff()
         train_loss = 0.0
         bytes_down = bytes_up = 0
-        for cid, p in zip(sampled, weights):
-            flat.data.copy_(x_global)
-            opt.reset()  # a fresh local optimiser state per client per round
-            cmask = method.client_mask(r, cid)
-            opt.mask = cmask
-            trains = mask if cmask is None else cmask * mask  # what this client trains, within the stage's groups
-            method.init_client(r, cid, opt, trains)
-            forward = method.client_forward(r, cid)
-            seed = derive_seed(cfg.seed, r, cid, 105)
-            torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
-            gen = torch.Generator().manual_seed(seed)
-            loss_sum, steps = _local_train(
-                s, opt, s.client_train[cid], gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
-                anchor=x_global, anchor_coeff=anchor_coeff, correction=method.correction(cid),
-                value_l2=value_l2, value_mode=cfg.value_l2_mode, mask=cmask, forward=forward)
-            client_loss = (loss_sum / steps).item()
-            if not math.isfinite(client_loss):
-                hist.diverged = {"round": r, "client": cid}
-                warnings.warn(f"run diverged: non-finite loss at round {r}, client {cid}; stopping",
-                              RuntimeWarning, stacklevel=2)
+        chunk = batched.chunk_size(cfg, layout, model, s, len(sampled)) if use_batched else 1
+        for c0 in range(0, len(sampled), chunk):
+            clients = []
+            for cid in sampled[c0:c0 + chunk]:  # the hooks before training, client by client
+                flat.data.copy_(x_global)
+                opt.reset()  # a fresh local optimiser state per client per round
+                cmask = method.client_mask(r, cid)
+                opt.mask = cmask
+                trains = mask if cmask is None else cmask * mask  # what this client trains, within the stage's groups
+                method.init_client(r, cid, None if use_batched else opt, trains)
+                seed = derive_seed(cfg.seed, r, cid, 105)
+                if not use_batched:  # (the batched engine refuses models with random layers)
+                    torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
+                c = dict(cid=cid, idx=s.client_train[cid], gen=torch.Generator().manual_seed(seed), mask=cmask,
+                         trains=trains, forward=method.client_forward(r, cid), correction=method.correction(cid))
+                if use_batched and c["forward"] is not None:
+                    raise RuntimeError(f"method {method.name!r} gave a client_forward under the batched engine; "
+                                       f"set its `batched = False`")
+                if not use_batched:
+                    c["loss_sum"], c["steps"] = local.train(
+                        s, opt, c["idx"], c["gen"], epochs=cfg.local_epochs, steps=cfg.local_steps, anchor=x_global,
+                        anchor_coeff=anchor_coeff, correction=c["correction"], value_l2=value_l2,
+                        value_mode=cfg.value_l2_mode, mask=cmask, forward=c["forward"])
+                clients.append(c)
+            if use_batched:
+                flat.data.copy_(x_global)
+                trained = batched.train_chunk(s, layout, opt, x_global, clients, anchor_coeff=anchor_coeff,
+                                              value_l2=value_l2, value_mode=cfg.value_l2_mode)
+            for j, c in enumerate(clients):  # the hooks after training, in the sampled order
+                cid, p = c["cid"], float(weights[c0 + j])
+                if use_batched:
+                    flat.data.copy_(x_global)
+                    layout.scatter(trained[j][0], flat.data)  # the model holds the client's weights
+                    c["loss_sum"], c["steps"] = trained[j][1], trained[j][2]
+                client_loss = (c["loss_sum"] / c["steps"]).item()
+                if not math.isfinite(client_loss):
+                    hist.diverged = {"round": r, "client": cid}
+                    warnings.warn(f"run diverged: non-finite loss at round {r}, client {cid}; stopping",
+                                  RuntimeWarning, stacklevel=2)
+                    break
+                train_loss += p * client_loss
+                torch.sub(flat.data, x_global, out=delta)
+                method.aggregate(acc, cid, delta, p)
+                for g, sq in flat.group_sq_norms(delta).items():
+                    client_sq[g] += p * sq
+                trains = c["trains"]
+                method.after_client(r, cid, delta, c["steps"], lr, trains)
+                payload = trainable_bytes if c["mask"] is None else int(trains.count_nonzero()) * flat.element_size
+                down, up = method.client_bytes(r, cid, payload, trainable_bytes)
+                bytes_down += down
+                bytes_up += up
+                if frozen and cid not in received_frozen:  # the frozen block is sent once per client
+                    bytes_down += frozen_bytes
+                    received_frozen.add(cid)
+            if hist.diverged:
                 break
-            train_loss += p * client_loss
-            torch.sub(flat.data, x_global, out=delta)
-            method.aggregate(acc, cid, delta, float(p))
-            for g, sq in flat.group_sq_norms(delta).items():
-                client_sq[g] += p * sq
-            method.after_client(r, cid, delta, steps, lr, trains)
-            payload = trainable_bytes if cmask is None else int(trains.count_nonzero()) * flat.element_size
-            down, up = method.client_bytes(r, cid, payload, trainable_bytes)
-            bytes_down += down
-            bytes_up += up
-            if frozen and cid not in received_frozen:  # the frozen block is sent once per client
-                bytes_down += frozen_bytes
-                received_frozen.add(cid)
         if hist.diverged:
             break
 
@@ -381,6 +339,17 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         if stop:
             break
     return hist
+
+
+def _resolve_engine(cfg: Config, method, model) -> bool:
+    """Whether local training runs on the batched engine (fedfrozen.batched): 'batched' where it can
+    (else a clear error), 'auto' where it can (else sequential), 'sequential' never."""
+    if cfg.engine == "sequential":
+        return False
+    reason = batched.unsupported(method, model)
+    if reason and cfg.engine == "batched":
+        raise ValueError(f"engine='batched': {reason}; use engine='sequential' or 'auto'")
+    return reason is None
 
 
 def _evaluate_round(s: Setup, r: int) -> dict:

@@ -5,7 +5,7 @@ import torch
 from conftest import tiny_config
 
 import fedfrozen as ff
-from fedfrozen import loop
+from fedfrozen import local, loop
 from fedfrozen.methods.afedlf import AFedLF
 
 CFG = dict(method="afedlf", rounds=5, n_clients=4, local_steps=3, model_kwargs=dict(embed_dim=16, depth=3, num_heads=2))
@@ -39,7 +39,7 @@ def test_the_cached_prefix_gives_the_same_logits_as_recomputing_it():
 
 def test_a_cache_hit_really_skips_the_prefix(monkeypatch):
     prefix_calls, train_embeds = [], []
-    original_prefix, original_train = AFedLF._prefix, loop._local_train
+    original_prefix, original_train = AFedLF._prefix, local.train
     monkeypatch.setattr(AFedLF, "_prefix", lambda self, x, f: prefix_calls.append(f) or original_prefix(self, x, f))
     counted = set()
 
@@ -56,7 +56,7 @@ def test_a_cache_hit_really_skips_the_prefix(monkeypatch):
 
     global inside
     inside = False
-    monkeypatch.setattr(loop, "_local_train", local_train)
+    monkeypatch.setattr(local, "train", local_train)
     hist = ff.run(tiny_config(**CFG), progress=False)
     deep = sum(1 for r in hist.rows for f in r["depths"].values() if f > 0)
     shallow_steps = sum(CFG["local_steps"] for r in hist.rows for f in r["depths"].values() if f == 0)

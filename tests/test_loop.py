@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from conftest import tiny_config
 
 import fedfrozen as ff
-from fedfrozen import loop
+from fedfrozen import local, loop
 
 
 def _qk_v_values(model):
@@ -109,10 +109,10 @@ def test_aggregation_weights_by_sample_count():
     deltas = []
     for cid in range(3):
         s.flat.data.copy_(x0)
-        opt = loop._make_optimizer(cfg, s.flat)
+        opt = local.make_optimizer(cfg, s.flat)
         seed = loop.derive_seed(cfg.seed, 0, cid, 105)
         torch.manual_seed(seed)
-        loop._local_train(s, opt, s.client_train[cid], torch.Generator().manual_seed(seed), steps=cfg.local_steps,
+        local.train(s, opt, s.client_train[cid], torch.Generator().manual_seed(seed), steps=cfg.local_steps,
                           anchor=x0)
         deltas.append(s.flat.data - x0)
     w = sizes / sizes.sum()

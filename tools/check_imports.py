@@ -21,6 +21,8 @@ LAYERS = [
     ("buffers", ["flat"]),
     ("methods", ["methods"]),
     ("config", ["config"]),
+    ("local training", ["local"]),
+    ("batched engine", ["batched"]),
     ("loop", ["loop"]),
     ("experiments", ["experiments", "profiles"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),

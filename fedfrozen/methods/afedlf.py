@@ -48,6 +48,8 @@ def client_seconds(n_samples: int, compute: float, bandwidth: float, trained_sha
 class AFedLF(Method):
     """FedAvg with a per-client frozen prefix chosen for gain per simulated second, and a prefix cache."""
 
+    batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
+
     def setup(self, setup) -> None:
         super().setup(setup)
         model = setup.model

@@ -66,6 +66,10 @@ class Method:
     """
 
     name = "fedavg"
+    # The batched engine (fedfrozen.batched) can train this method's clients at once: its hooks do not
+    # replace the forward pass (client_forward) nor use the local optimiser object given to init_client
+    # (None under the batched engine). A method that does sets this False.
+    batched = True
 
     def __init__(self, cfg, *, local: str = "plain", server: str = "avg", schedule: str = "none",
                  frozen: tuple | None = ()):
@@ -149,7 +153,8 @@ class Method:
         self.local.begin_round()
 
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
-        """Before client `cid` trains (the model holds the global weights, `opt` a fresh state)."""
+        """Before client `cid` trains (the model holds the global weights, `opt` a fresh state; None under
+        the batched engine, whose clients of a chunk all pass here before any of them trains)."""
         self.local.before_client(r, cid, self.s, mask)
 
     def client_forward(self, r: int, cid: int):

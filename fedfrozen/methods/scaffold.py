@@ -60,7 +60,7 @@ class Scaffold(LocalObjective):
         self.c = torch.zeros(numel, device=device)
         self.client = ClientVectors(numel, device)
         self.dc_sum = torch.zeros(numel, device=device)
-        self.grad = torch.zeros(numel, device=device) if self.variant == "gradient" else None
+        self.grads: dict[int, torch.Tensor] = {}  # option I: the full-batch gradient of each client about to train
 
     def correction(self, cid: int) -> torch.Tensor:
         return self.c - self.client[cid]
@@ -69,13 +69,13 @@ class Scaffold(LocalObjective):
         self.dc_sum.zero_()
 
     def before_client(self, r: int, cid: int, setup, mask: torch.Tensor) -> None:
-        if self.grad is not None:
-            full_gradient(setup, setup.client_train[cid], self.grad)
+        if self.variant == "gradient":
+            self.grads[cid] = full_gradient(setup, setup.client_train[cid], torch.empty_like(self.c))
 
     def after_client(self, cid: int, delta: torch.Tensor, steps: int, lr: float, mask: torch.Tensor) -> None:
         c_i = self.client[cid]
-        if self.grad is not None:
-            new = self.grad * mask                                   # option I
+        if self.variant == "gradient":
+            new = self.grads.pop(cid) * mask                         # option I
         else:
             new = (c_i - self.c - delta / (steps * lr)) * mask        # option II
         self.dc_sum.add_(new - c_i)

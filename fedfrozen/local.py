@@ -1,0 +1,115 @@
+"""Local training of one client on the resident model: the sequential engine, and what both engines share.
+
+Both engines (this one, and the batched one of fedfrozen.batched) draw a client's batches and
+augmentation with `plan`, add the local objective's gradient terms with `grad_terms`, and step
+with the update rules of fedfrozen.flat, so they differ only in how many clients one forward and
+backward pass serves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import augment
+from .flat import FlatOptimizer, FlatParams, merged_slices
+from .qkv import GROUPS
+
+__all__ = ["make_optimizer", "batches", "plan", "autocast", "grad_terms", "train"]
+
+
+def make_optimizer(cfg, flat: FlatParams, groups=GROUPS) -> FlatOptimizer:
+    """The local optimiser over the given (trainable) groups of the flat buffer."""
+    return FlatOptimizer(flat, merged_slices(flat, groups), cfg.optimizer, lr=cfg.lr,
+                         weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+
+
+def batches(n: int, cfg, gen: torch.Generator, epochs: int | None, steps: int | None) -> list[torch.Tensor]:
+    """Index batches into a client's n samples: `epochs` passes, or exactly `steps` batches."""
+    B = min(cfg.batch_size, n)
+    if epochs is not None:
+        perms = [torch.randperm(n, generator=gen) for _ in range(epochs)]
+        return [p[i:i + B] for p in perms for i in range(0, n, B)]
+    seq = torch.cat([torch.randperm(n, generator=gen) for _ in range(math.ceil(steps * B / n))])
+    return [seq[i * B:(i + 1) * B] for i in range(steps)]
+
+
+def plan(setup, idx: torch.Tensor, gen: torch.Generator, epochs=None, steps=None):
+    """A client's local work: (sample order on the device, batch sizes, augmentation parameters or None).
+
+    The batch order is drawn from `gen` first, then (with augmentation on) every sample's crop and
+    flip, so both engines see the same batches and the same augmented images.
+    """
+    cfg = setup.cfg
+    bs = batches(len(idx), cfg, gen, epochs, steps)
+    order = idx[torch.cat(bs).to(idx.device)]  # one host-to-device copy per client and round
+    sizes = [len(b) for b in bs]
+    aug = (augment.draw(len(order), gen, setup.device, flip=augment.AUGMENTED.get(cfg.dataset, True))
+           if augment.enabled(cfg) else None)
+    return order, sizes, aug
+
+
+def autocast(cfg, device):
+    if cfg.amp:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def grad_terms(g, x, *, anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge",
+               vs=None, mask=None, clip=None, extra_sq=None):
+    """Add the local objective's terms to the gradient `g` of the loss at weights `x`, in place.
+
+    anchor_coeff * (x - anchor) (FedProx mu / FedDyn alpha), a constant `correction` (SCAFFOLD
+    c - c_i, FedDyn -h_i), the value penalty on the slice `vs` (ridge: lambda x, prox:
+    lambda (x - anchor)); then the client `mask` zeroes the gradient elsewhere and `clip` scales
+    it to norm at most clip. Works on one client's vector or on stacked rows (clients, entries),
+    one norm per row; `extra_sq` adds a constant squared norm per row (the frozen entries' terms,
+    which the batched engine keeps apart).
+    """
+    if anchor_coeff:
+        g.add_(x, alpha=anchor_coeff).sub_(anchor, alpha=anchor_coeff)
+    if correction is not None:
+        g.add_(correction)
+    if value_l2 and vs is not None:
+        g[..., vs].add_(x[..., vs], alpha=value_l2)
+        if value_mode == "prox":
+            g[..., vs].sub_(anchor[..., vs], alpha=value_l2)
+    if mask is not None:
+        g.mul_(mask)
+    if clip:
+        if extra_sq is None:
+            norm = g.norm() if g.dim() == 1 else g.norm(dim=-1, keepdim=True)
+        else:
+            norm = (g.pow(2).sum(dim=-1, keepdim=True) + extra_sq).sqrt()
+        g.mul_((clip / (norm + 1e-6)).clamp(max=1.0))
+    return g
+
+
+def train(setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None, anchor=None,
+          anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", mask=None, forward=None):
+    """Train the resident model on samples `idx`; returns (summed loss tensor, number of steps).
+
+    Per step the flat gradient gets the local objective's terms (`grad_terms`; paper, Eq. of
+    stage 2) and `opt` steps. With augmentation on (fedfrozen.augment) each batch is cropped and
+    flipped on the device. `forward(batch indices, inputs)`, when a method gives one (AFedLF's
+    cached prefix), replaces the model's forward pass.
+    """
+    cfg, flat, model = setup.cfg, setup.flat, setup.model
+    model.train()
+    loss_sum = torch.zeros((), device=setup.device)
+    vs = flat.group_slice("v")
+    order, sizes, aug = plan(setup, idx, gen, epochs, steps)
+    aug = aug.split(sizes) if aug is not None else [None] * len(sizes)
+    for b, a in zip(torch.split(order, sizes), aug):
+        flat.zero_grad()
+        xb = setup.x[b] if a is None else augment.apply(setup.x[b], a)
+        with autocast(cfg, setup.device):
+            loss = F.cross_entropy(model(xb) if forward is None else forward(b, xb), setup.y[b])
+        loss.backward()
+        grad_terms(flat.grad, flat.data, anchor=anchor, anchor_coeff=anchor_coeff, correction=correction,
+                   value_l2=value_l2, value_mode=value_mode, vs=vs, mask=mask, clip=cfg.grad_clip)
+        opt.step()
+        loss_sum += loss.detach()
+    return loss_sum, len(sizes)
