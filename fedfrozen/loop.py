@@ -29,7 +29,8 @@ from .io import atomic_write, environment
 from .progress import progress_bar
 from .rng import derive_seed
 
-__all__ = ["run", "Config", "evaluate", "prepare", "Setup", "save_checkpoint"]
+__all__ = ["run", "Config", "evaluate", "evaluate_round", "lr_at", "kernel_change", "prepare", "Setup",
+           "save_checkpoint"]
 
 _EPS = 1e-12
 # --- setup --------------------------------------------------------------------------------
@@ -416,3 +417,7 @@ def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
     hist.diverged = state["diverged"]
     received_frozen.update(state["received_frozen"])
     return int(state["round"])
+
+
+# public names of the helpers other runtimes share (fedfrozen.flower): the same rows, the same schedule
+lr_at, kernel_change, evaluate_round = _lr_at, _kernel_change, _evaluate_round

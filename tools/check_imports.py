@@ -25,6 +25,7 @@ LAYERS = [
     ("batched engine", ["batched"]),
     ("loop", ["loop"]),
     ("experiments", ["experiments", "profiles"]),
+    ("flower apps", ["flower"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),

@@ -1,0 +1,90 @@
+"""FedFrozen on a real federation: a Flower ServerApp and ClientApp on Flower's Message API.
+
+    pip install -e ".[flower]"
+    flwr run .                                   # the local simulation federation (pyproject.toml)
+    python -c "import fedfrozen.flower as f; f.simulate(ff.Config(...))"   # the same from Python
+
+The ClientApp (`fedfrozen.flower.client:app`) trains one client exactly as `fedfrozen.run` trains it: the
+same partition (its `partition-id` from the node config, the partitioner seeded by Config.seed), the same
+batches, seeds and local objective (`fedfrozen.local.train`). The ServerApp (`fedfrozen.flower.server:app`)
+holds the method object of `fedfrozen.methods` and runs its server-side hooks (stage switch, sampling,
+aggregation, server optimiser, adaptive schedules) inside a Flower strategy, and writes the same History as
+the in-process loop. What travels: the Config as JSON, the round's stage, frozen groups, lr, value penalty,
+FedProx's `proximal-mu` and the sampled partition ids in the ConfigRecord; the global arrays down; only the
+trainable arrays up (from T0 the query/key block stays home and the server merges it back).
+
+Methods with client state kept across rounds (SCAFFOLD's and FedDyn's control variates), per-client masks or
+forward passes (FedTLU, AFedLF, head pruning) are not supported here: `check_supported` names them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..config import Config
+from ..methods import build
+
+__all__ = ["config_from_run", "check_supported", "UNSUPPORTED", "RUN_CONFIG_FIELDS", "simulate"]
+
+# run-config key (pyproject [tool.flwr.app.config], `flwr run --run-config`) -> Config field
+RUN_CONFIG_FIELDS = {
+    "method": "method", "rounds": "rounds", "warmup-rounds": "warmup_rounds", "value-l2": "value_l2",
+    "alpha": "alpha", "partition": "partition", "num-clients": "n_clients", "clients-per-round": "clients_per_round",
+    "local-epochs": "local_epochs", "local-steps": "local_steps", "batch-size": "batch_size", "lr": "lr",
+    "prox-mu": "prox_mu", "seed": "seed", "dataset": "dataset", "model": "model", "eval-every": "eval_every",
+}
+
+UNSUPPORTED = {
+    "scaffold": "client control variates are state kept across rounds on each client",
+    "fedfrozen_scaffold": "client control variates are state kept across rounds on each client",
+    "feddyn": "the client's FedDyn vector h_i is state kept across rounds on each client",
+    "fedtlu": "per-client masks (client_mask) are not sent through the ConfigRecord",
+    "fedfrozen_tlu": "per-client masks (client_mask) are not sent through the ConfigRecord",
+    "afedlf": "per-client frozen prefixes and activation caches (client_mask, client_forward)",
+    "head_pruning": "per-client head masks (client_mask)",
+}
+
+
+def check_supported(cfg: Config) -> None:
+    """A clear error for a method the Flower apps do not run, before any node is contacted."""
+    method = build(cfg)
+    reason = UNSUPPORTED.get(cfg.method)
+    if reason is None and method.local.name in ("scaffold", "feddyn"):
+        reason = f"its local objective {method.local.name!r} keeps client state across rounds"
+    if reason:
+        raise ValueError(f"method {cfg.method!r} is not supported on Flower: {reason}; run it with fedfrozen.run")
+
+
+def config_from_run(run_config: dict) -> Config:
+    """The Config of a Flower run: `fedfrozen-config` (a Config as JSON) if given, then the named keys."""
+    base = json.loads(run_config["fedfrozen-config"]) if run_config.get("fedfrozen-config") else {}
+    for key, field in RUN_CONFIG_FIELDS.items():
+        value = run_config.get(key, "")
+        if value == "" or (key in ("local-steps", "clients-per-round") and value == 0):
+            continue  # unset
+        base[field] = value
+    if base.get("local_steps"):
+        base["local_epochs"] = None
+    return Config.from_dict(base)
+
+
+def simulate(cfg: Config, out, *, fail: str = "", verbose: bool = False) -> None:
+    """Run `cfg` through Flower's simulation runtime (one SuperNode per client) and write its History to
+    `out`. `fail="round:partition,..."` makes those clients raise in those rounds (to test failures)."""
+    from flwr.app import Context  # noqa: F401  (a clear ImportError when the extra is missing)
+    from flwr.simulation import run_simulation
+
+    from .client import app as client_app
+    from .server import make_server_app
+
+    check_supported(cfg)
+    try:
+        run_simulation(server_app=make_server_app(cfg, str(out), fail=fail), client_app=client_app,
+                       num_supernodes=cfg.n_clients,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+                       verbose_logging=verbose)
+    finally:  # leave nothing running: the simulation's Ray runtime (raylet, actors) stops with the run
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()

@@ -1,0 +1,223 @@
+"""Start Flower's own runtimes from Python and stop everything they started: `flwr run` on a local simulation
+federation, and a TLS deployment (SuperLink + SuperNodes as separate processes) on 127.0.0.1.
+
+Each launch uses a private Flower home (FLWR_HOME, a temporary folder): its config.toml names the SuperLink
+connection, and every process the launch starts carries that folder in its command line, so `stop(home)`
+finds and stops exactly those (Flower 1.42's `flwr run` against a `:local:` connection starts a managed
+SuperLink that stays up after the run; this stops it). Runtime dependency installation is switched off
+(FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1): the apps run in the installed environment.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..history import History
+from ..io import project_root
+
+__all__ = ["flwr_run", "run_config_arg", "processes_of", "stop", "deploy", "check_tls", "write_certificates"]
+
+
+def run_config_arg(run_config: dict) -> str:
+    """`--run-config` text for Flower: strings quoted, numbers as they are."""
+    def fmt(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return f'"{v}"' if isinstance(v, str) else repr(v)
+    return " ".join(f"{k}={fmt(v)}" for k, v in run_config.items())
+
+
+def _env(home: Path) -> dict:
+    env = dict(os.environ)
+    env["FLWR_HOME"] = str(home)
+    env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
+    return env
+
+
+def _flwr() -> str:
+    return str(Path(sys.executable).with_name("flwr"))
+
+
+def processes_of(home) -> list[int]:
+    """Pids of the processes started for the Flower home `home` (its path is in their command line), and
+    their children."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    rows = [line.split(None, 2) for line in out.splitlines() if line.strip()]
+    rows = [(int(r[0]), int(r[1]), r[2] if len(r) > 2 else "") for r in rows]
+    mine = {pid for pid, _, args in rows if str(home) in args and pid != os.getpid()}
+    grew = True
+    while grew:
+        children = {pid for pid, ppid, _ in rows if ppid in mine} - mine
+        grew = bool(children)
+        mine |= children
+    return sorted(mine)
+
+
+def stop(home, pids=(), timeout: float = 10.0) -> list[int]:
+    """Stop `pids` and every process of the Flower home `home` (SIGTERM, then SIGKILL); the stopped pids."""
+    targets = sorted(set(pids) | set(processes_of(home)))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + timeout
+        while time.time() < deadline and any(_alive(p) for p in targets):
+            time.sleep(0.2)
+        if not any(_alive(p) for p in targets):
+            break
+    return targets
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap our own children
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def flwr_run(run_config: dict, num_supernodes: int, project=None, timeout: float = 900.0,
+             home=None) -> tuple[History, str]:
+    """`flwr run <project> --stream` on a local simulation federation of `num_supernodes` nodes, then stop the
+    managed SuperLink it started. Returns (the run's History, Flower's output)."""
+    project = Path(project) if project is not None else project_root()
+    own_home = home is None
+    home = Path(tempfile.mkdtemp(prefix="fedfrozen-flwr-")) if own_home else Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
+    out = home / "history.json"
+    rc = {**run_config, "out": str(out)}
+    try:
+        proc = subprocess.run([_flwr(), "run", str(project), "--stream", "--run-config", run_config_arg(rc),
+                               "--federation-config", f"num-supernodes={int(num_supernodes)}"],
+                              env=_env(home), capture_output=True, text=True, timeout=timeout)
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"flwr run failed (exit {proc.returncode}); its output ends:\n{log[-3000:]}")
+        return History.load(out), log
+    finally:
+        stop(home)
+
+
+def write_certificates(folder) -> dict:
+    """A self-signed CA and a server certificate for 127.0.0.1/localhost (openssl); the file paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca, key, csr, crt = (folder / n for n in ("ca.key", "ca.crt", "server.key", "server.csr", "server.pem"))
+    ext = folder / "san.ext"
+    ext.write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+    run("openssl", "genrsa", "-out", str(ca_key), "2048")
+    run("openssl", "req", "-x509", "-new", "-key", str(ca_key), "-sha256", "-days", "2", "-subj", "/CN=fedfrozen-ca",
+        "-out", str(ca))
+    run("openssl", "genrsa", "-out", str(key), "2048")
+    run("openssl", "req", "-new", "-key", str(key), "-subj", "/CN=127.0.0.1", "-out", str(csr))
+    run("openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+        "-out", str(crt), "-days", "2", "-sha256", "-extfile", str(ext))
+    return {"ca": ca, "cert": crt, "key": key}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    import socket
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the SuperLink exited ({proc.returncode}); its log ends:\n{log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"the SuperLink did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def check_tls(port: int, ca) -> None:
+    """A clear error when the SuperLink on 127.0.0.1:`port` does not present a certificate that `ca` trusts
+    (Flower itself only says that the connection is unavailable)."""
+    import socket
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(ca))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                pass
+    except ssl.SSLCertVerificationError as e:
+        raise RuntimeError(f"TLS refused: the SuperLink's certificate is not trusted by the root certificates "
+                           f"{ca} ({e.verify_message})") from None
+
+
+def deploy(run_config: dict, num_supernodes: int = 3, project=None, timeout: float = 600.0, home=None,
+           root_certificates=None) -> tuple[History, str]:
+    """A real deployment on this machine: self-signed certificates, one SuperLink and `num_supernodes`
+    SuperNodes (partition ids 0..n-1) as separate processes on 127.0.0.1 with TLS, the run submitted with
+    `flwr run --stream`; every process started is stopped by pid afterwards. `root_certificates` replaces
+    the CA that `flwr run` trusts (a wrong one must be refused). Returns (History, the output)."""
+    project = Path(project) if project is not None else project_root()
+    home = Path(tempfile.mkdtemp(prefix="fedfrozen-deploy-")) if home is None else Path(home)
+    certs = write_certificates(home / "certs")
+    port = _free_port()
+    env = _env(home)
+    bin_dir = Path(sys.executable).parent
+    procs: list[subprocess.Popen] = []
+    logs = home / "logs"
+    logs.mkdir(exist_ok=True)
+
+    def start(name, args):
+        f = open(logs / f"{name}.log", "w")
+        p = subprocess.Popen([str(bin_dir / args[0]), *args[1:]], env=env, stdout=f, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        f.close()
+        procs.append(p)
+        return p
+
+    try:
+        link = start("superlink", ["flower-superlink", "--ssl-ca-certfile", str(certs["ca"]), "--ssl-certfile",
+                                   str(certs["cert"]), "--ssl-keyfile", str(certs["key"]), "--host", "127.0.0.1",
+                                   "--port", str(port), "--database", str(home / "state.db"),
+                                   "--disable-runtime-dependency-installation"])
+        _wait_port(port, link, logs / "superlink.log")
+        for i in range(num_supernodes):
+            start(f"supernode-{i}", ["flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
+                                     str(certs["ca"]), "--node-config",
+                                     f"partition-id={i} num-partitions={num_supernodes}", "--port", str(_free_port())])
+        ca = Path(root_certificates) if root_certificates is not None else certs["ca"]
+        check_tls(port, ca)
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\n'
+                                          f'address = "127.0.0.1:{port}"\nroot-certificates = "{ca}"\n')
+        out = home / "history.json"
+        rc = {**run_config, "out": str(out), "num-clients": num_supernodes}
+        proc = subprocess.run([_flwr(), "run", str(project), "deploy", "--stream", "--run-config",
+                               run_config_arg(rc)], env=env, capture_output=True, text=True, timeout=timeout)
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"flwr run failed (exit {proc.returncode}); its output ends:\n{log[-3000:]}")
+        return History.load(out), log
+    finally:
+        stop(home, [p.pid for p in procs])
+        for p in procs:
+            p.poll()

@@ -1,0 +1,183 @@
+"""The ServerApp: fedfrozen's method object inside a Flower strategy, writing fedfrozen's History."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from .. import loop, methods, qkv
+from ..config import Config
+from ..history import History
+from ..io import environment
+from . import check_supported, config_from_run
+
+__all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server"]
+
+_EPS = 1e-12
+
+
+class FedFrozenStrategy(FedAvg):
+    """Flower's FedAvg with fedfrozen's server-side hooks: participation by partition id, the stage switch,
+    the method's aggregation and server step on flat vectors (as in fedfrozen.loop), History rows.
+
+    Every round goes to every node (the partition id of a node is known only to the node); the sampled
+    partition ids travel in the ConfigRecord and the others reply at once without training. A client
+    that fails is left out of the round (the others' weights are renormalised) and recorded in the
+    row's `failures`.
+    """
+
+    def __init__(self, cfg: Config, fail: str = ""):
+        super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=cfg.n_clients,
+                         min_available_nodes=cfg.n_clients)
+        check_supported(cfg)
+        self.cfg, self.fail = cfg, fail
+        self.method = methods.build(cfg)
+        self.s = loop.prepare(cfg)
+        self.method.setup(self.s)
+        self.flat = self.s.flat
+        self.x = self.flat.data.clone()
+        self.acc = torch.empty_like(self.x)
+        self.delta = torch.empty_like(self.x)
+        self.hist = History(config=cfg.to_dict(), env=environment(str(self.s.device)))
+        self.hist.env["runtime"] = "flower"
+        self.current: tuple = ()
+        self.prev_kernels = qkv.attention_kernels(self.s.model)
+        self.node_partition: dict[int, int] = {}
+        self.sampled: list[int] = []
+
+    def initial_arrays(self) -> ArrayRecord:
+        return ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in self.s.model.state_dict().items()})
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        r = server_round - 1
+        self.t0 = time.perf_counter()
+        frozen = self.method.frozen_groups(r)
+        if frozen != self.current:
+            self.method.on_stage_switch(frozen)
+            self.current = frozen
+        self.sampled = self.method.sample_clients(r)
+        self.method.begin_round(r, self.sampled)
+        self.lr = loop.lr_at(self.cfg, r)
+        conf = ConfigRecord({"server-round": server_round, "fedfrozen": json.dumps(self.cfg.to_dict()),
+                             "frozen": ",".join(frozen), "lr": self.lr, "value-l2": float(self.method.value_penalty(r)),
+                             "proximal-mu": float(self.method.anchor_coeff()), "sampled": [int(i) for i in self.sampled],
+                             "fail": self.fail})
+        node_ids = self._nodes(grid)
+        self.bytes_down = len(node_ids) * _payload(arrays)  # Flower sends the whole model to every node
+        self.bytes_down_wire = len(node_ids) * arrays.count_bytes()
+        record = RecordDict({"arrays": arrays, "config": conf})
+        return [Message(content=record, message_type=MessageType.TRAIN, dst_node_id=n) for n in node_ids]
+
+    def _nodes(self, grid: Grid) -> list[int]:
+        while len(nodes := list(grid.get_node_ids())) < self.cfg.n_clients:
+            time.sleep(0.5)
+        return sorted(nodes)
+
+    def aggregate_train(self, server_round: int, replies):
+        r = server_round - 1
+        cfg, flat, method = self.cfg, self.flat, self.method
+        failures, results = [], {}
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            if msg.has_error():
+                failures.append({"round": r, "node": int(node), "partition": self.node_partition.get(node),
+                                 "error": _reason(str(msg.error.reason))})
+                continue
+            m = msg.content["metrics"]
+            cid = int(m["partition-id"])
+            self.node_partition[node] = cid
+            if int(m["num-examples"]) > 0:
+                results[cid] = (msg.content["arrays"], m)
+        done = [cid for cid in self.sampled if cid in results]
+        frozen = self.current
+        trainable = [g for g in qkv.GROUPS if g not in frozen]
+        mask = flat.mask(trainable)
+        groups = qkv.GROUPS
+        client_sq = {g: torch.zeros(()) for g in groups}
+        self.acc.zero_()
+        total = sum(results[c][1]["num-examples"] for c in done)
+        train_loss = 0.0
+        bytes_up = bytes_up_wire = 0
+        for cid in done:  # in the sampled order, as the loop folds them
+            arrays, m = results[cid]
+            p = float(m["num-examples"]) / total
+            state = arrays.to_torch_state_dict()
+            self.delta.zero_()
+            for name, t in state.items():
+                a, b = flat.param_range[name]
+                self.delta[a:b] = t.reshape(-1) - self.x[a:b]
+            bytes_up += _payload(arrays)
+            bytes_up_wire += arrays.count_bytes()
+            train_loss += p * float(m["train-loss"])
+            method.aggregate(self.acc, cid, self.delta, p)
+            for g, sq in flat.group_sq_norms(self.delta).items():
+                client_sq[g] += p * sq
+        if done:
+            method.server_update(r, self.x, self.acc, mask, done)
+        flat.data.copy_(self.x)
+        row = {"round": r, "stage": 2 if frozen else 1, "lr": self.lr, "train_loss": train_loss if done else math.nan}
+        mean_sq = flat.group_sq_norms(self.acc)
+        for g in groups:
+            if g == "other" and not flat.group_numel("other"):
+                continue
+            norm2 = mean_sq[g].item()
+            row[f"drift_{g}"] = max(client_sq[g].item() - norm2, 0.0) / (norm2 + _EPS) if g in trainable else None
+            row[f"update_norm_{g}"] = math.sqrt(norm2) if g in trainable else None
+        kernels = qkv.attention_kernels(self.s.model)
+        row["kernel_change"] = loop.kernel_change(kernels, self.prev_kernels)
+        self.prev_kernels = kernels
+        row.update(loop.evaluate_round(self.s, r))
+        row["bytes_down"], row["bytes_up"] = self.bytes_down, bytes_up
+        row["bytes_down_wire"], row["bytes_up_wire"] = self.bytes_down_wire, bytes_up_wire
+        row["failures"] = failures
+        row["seconds"] = time.perf_counter() - self.t0
+        self.hist.append(row)
+        method.on_round_end(r, self.hist.rows[-1], self.hist)
+        return self.initial_arrays(), MetricRecord({"train-loss": train_loss if done else 0.0})
+
+
+def _reason(text: str) -> str:
+    """The client's own message out of Flower's error reason (Ray wraps it in a traceback)."""
+    lines = [ln for ln in text.splitlines() if "Message:" in ln]
+    return (lines[-1].split("Message:", 1)[1].strip() if lines else text.strip().splitlines()[-1])[:300]
+
+
+def _payload(arrays: ArrayRecord) -> int:
+    """Bytes of the parameters an ArrayRecord carries (what fedfrozen.run counts; the wire adds headers)."""
+    return sum(int(a.numpy().nbytes) for a in arrays.values())
+
+
+def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "") -> History:
+    """Run `cfg` on the nodes of `grid`; write the History to `out` (atomically) when given."""
+    strategy = FedFrozenStrategy(cfg, fail=fail)
+    strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=cfg.rounds)
+    if out:
+        strategy.hist.save(out)
+    return strategy.hist
+
+
+def make_server_app(cfg: Config, out: str = "", fail: str = "") -> ServerApp:
+    """A ServerApp that runs `cfg` (for fedfrozen.flower.simulate and tests)."""
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_server(grid, cfg, out, fail)
+
+    return server
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """`flwr run`: the Config from the run config (pyproject [tool.flwr.app.config], --run-config)."""
+    rc = dict(context.run_config)
+    run_server(grid, config_from_run(rc), str(rc.get("out", "")), str(rc.get("fail", "")))

@@ -1,0 +1,127 @@
+"""The Flower apps (fedfrozen.flower) run the same federation as fedfrozen.run."""
+
+import subprocess
+import time
+
+import pytest
+from conftest import tiny_config
+
+import fedfrozen as ff
+
+pytest.importorskip("flwr")
+pytest.importorskip("ray")
+fl = pytest.importorskip("fedfrozen.flower")
+from fedfrozen.flower.client import failing  # noqa: E402
+
+
+def flower_history(cfg, tmp_path, **kw) -> ff.History:
+    out = tmp_path / "history.json"
+    fl.simulate(cfg, out, **kw)
+    return ff.History.load(out)
+
+
+def leftover_processes(wait: float = 20.0) -> list[str]:
+    """Ray or Flower processes still running `wait` seconds after the run (they take a moment to exit);
+    exited ones waiting to be reaped by their parent (state Z) do not count."""
+    deadline = time.time() + wait
+    while True:
+        ps = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout.splitlines()
+        left = [line for line in ps if any(k in line for k in ("raylet", "ray::", "gcs_server", "flower-superlink",
+                                                                 "flower-superexec", "flower-supernode",
+                                                                 "flwr-serverapp", "flwr-clientapp"))
+                and line.split()[1][0] != "Z"]
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedfrozen"])
+def test_flower_simulation_equals_the_loop(method, tmp_path):
+    """Full participation, same config and seed: the same accuracy every round (within 1e-6), the same
+    upload bytes per stage, and from T0 only the trainable arrays travel up."""
+    cfg = tiny_config(method=method, n_clients=3, rounds=3, warmup_rounds=1)
+    hf = flower_history(cfg, tmp_path)
+    hl = ff.run(cfg, progress=False)
+    assert len(hf.rows) == len(hl.rows) == 3
+    for a, b in zip(hf.rows, hl.rows):
+        assert a["stage"] == b["stage"]
+        assert abs(a["test_acc"] - b["test_acc"]) <= 1e-6
+        assert abs(a["test_loss"] - b["test_loss"]) <= 1e-5
+        assert abs(a["train_loss"] - b["train_loss"]) <= 1e-5
+        assert a["bytes_up"] == b["bytes_up"]
+        assert a["failures"] == []
+    if method == "fedfrozen":
+        assert hf.rows[1]["bytes_up"] < hf.rows[0]["bytes_up"]
+    assert hf.env["runtime"] == "flower"
+    assert leftover_processes() == []
+
+
+def test_a_failing_client_does_not_stop_the_run(tmp_path):
+    cfg = tiny_config(method="fedavg", n_clients=3, rounds=2)
+    hist = flower_history(cfg, tmp_path, fail="1:2")  # client 2 raises in round 1
+    assert hist.rows[0]["failures"] == []
+    (failure,) = hist.rows[1]["failures"]
+    assert failure["round"] == 1 and failure["partition"] == 2 and "failed in round 1" in failure["error"]
+    assert hist.rows[1]["bytes_up"] == 2 * hist.rows[0]["bytes_up"] // 3   # the other two were aggregated
+    assert hist.rows[1]["test_acc"] is not None
+
+
+def test_unsupported_methods_are_named_before_any_node_starts(tmp_path):
+    with pytest.raises(ValueError, match="scaffold.*not supported on Flower.*control variates"):
+        fl.simulate(tiny_config(method="scaffold"), tmp_path / "h.json")
+    with pytest.raises(ValueError, match="local objective 'feddyn'"):
+        fl.check_supported(tiny_config(method="fedavg", local_objective="feddyn", server_opt="feddyn"))
+    assert not (tmp_path / "h.json").exists()
+
+
+def test_run_config_keys_map_to_config_fields():
+    cfg = fl.config_from_run({"method": "fedfrozen", "warmup-rounds": 10, "value-l2": 0.05, "num-clients": 4,
+                              "local-steps": 3, "fedfrozen-config": '{"dataset": "digits", "rounds": 20}'})
+    assert (cfg.method, cfg.warmup_rounds, cfg.value_l2, cfg.n_clients, cfg.rounds) == ("fedfrozen", 10, 0.05, 4, 20)
+    assert cfg.local_steps == 3 and cfg.local_epochs is None
+    with pytest.raises(ValueError, match="method must be one of"):
+        fl.config_from_run({"method": "fedsomething"})
+
+
+def test_failure_spec():
+    assert failing("1:2, 3:0", 1, 2) and failing("1:2, 3:0", 3, 0)
+    assert not failing("1:2", 2, 1) and not failing("", 0, 0)
+
+
+LAUNCH = {"method": "fedfrozen", "rounds": 2, "warmup-rounds": 1, "num-clients": 3, "local-steps": 2}
+
+
+def loop_history(run_config):
+    return ff.run(fl.config_from_run(run_config), progress=False)
+
+
+def test_flwr_run_on_a_local_simulation_federation():
+    """`flwr run . --stream` (the pyproject's apps and run config) == fedfrozen.run, and the managed
+    SuperLink it starts is stopped."""
+    from fedfrozen.flower import launch
+
+    hist, _ = launch.flwr_run(LAUNCH, num_supernodes=3)
+    ref = loop_history(LAUNCH)
+    assert [r["test_acc"] for r in hist.rows] == pytest.approx([r["test_acc"] for r in ref.rows], abs=1e-6)
+    assert [r["bytes_up"] for r in hist.rows] == [r["bytes_up"] for r in ref.rows]
+    assert leftover_processes() == []
+
+
+def test_tls_deployment_on_loopback():
+    """SuperLink + 3 SuperNodes as processes with TLS: 2 rounds == fedfrozen.run; nothing left running."""
+    from fedfrozen.flower import launch
+
+    hist, _ = launch.deploy(LAUNCH, num_supernodes=3)
+    ref = loop_history(LAUNCH)
+    assert [r["test_acc"] for r in hist.rows] == pytest.approx([r["test_acc"] for r in ref.rows], abs=1e-6)
+    assert hist.rows[1]["bytes_up"] == ref.rows[1]["bytes_up"] < hist.rows[0]["bytes_up"]
+    assert leftover_processes() == []
+
+
+def test_a_wrong_certificate_is_refused(tmp_path):
+    from fedfrozen.flower import launch
+
+    other = launch.write_certificates(tmp_path / "other")["ca"]
+    with pytest.raises(RuntimeError, match="TLS refused.*not trusted by the root certificates"):
+        launch.deploy(LAUNCH, num_supernodes=1, root_certificates=other, timeout=120)
+    assert leftover_processes() == []
