@@ -1,6 +1,5 @@
 """The Flower apps (fedfrozen.flower) run the same federation as fedfrozen.run."""
 
-import subprocess
 import time
 
 import pytest
@@ -23,13 +22,14 @@ def flower_history(cfg, tmp_path, **kw) -> ff.History:
 def leftover_processes(wait: float = 20.0) -> list[str]:
     """Ray or Flower processes still running `wait` seconds after the run (they take a moment to exit);
     exited ones waiting to be reaped by their parent (state Z) do not count."""
+    from fedfrozen.flower.launch import process_table
+
+    names = ("raylet", "ray::", "gcs_server", "flower-superlink", "flower-superexec", "flower-supernode",
+             "flwr-serverapp", "flwr-clientapp", "flwr-simulation")
     deadline = time.time() + wait
     while True:
-        ps = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout.splitlines()
-        left = [line for line in ps if any(k in line for k in ("raylet", "ray::", "gcs_server", "flower-superlink",
-                                                                 "flower-superexec", "flower-supernode",
-                                                                 "flwr-serverapp", "flwr-clientapp"))
-                and line.split()[1][0] != "Z"]
+        left = [f"{pid} {args}" for pid, _, state, args in process_table()
+                if state != "Z" and any(k in args for k in names)]
         if not left or time.time() > deadline:
             return left
         time.sleep(0.5)

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..history import History
 from ..io import project_root
 
-__all__ = ["flwr_run", "run_config_arg", "processes_of", "stop", "deploy", "check_tls", "write_certificates"]
+__all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop", "deploy", "check_tls", "write_certificates"]
 
 
 def run_config_arg(run_config: dict) -> str:
@@ -44,16 +44,31 @@ def _flwr() -> str:
     return str(Path(sys.executable).with_name("flwr"))
 
 
+def process_table() -> list[tuple[int, int, str, str]]:
+    """(pid, parent pid, state, full command line) of every process, from /proc (ps truncates long lines
+    when its output is not a terminal)."""
+    rows = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            stat = (d / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        rows.append((int(d.name), int(fields[1]), fields[0], args))
+    return rows
+
+
 def processes_of(home) -> list[int]:
-    """Pids of the processes started for the Flower home `home` (its path is in their command line), and
-    their children."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
-    rows = [line.split(None, 2) for line in out.splitlines() if line.strip()]
-    rows = [(int(r[0]), int(r[1]), r[2] if len(r) > 2 else "") for r in rows]
-    mine = {pid for pid, _, args in rows if str(home) in args and pid != os.getpid()}
+    """Pids of the live processes started for the Flower home `home` (its path is in their command line),
+    and their children."""
+    rows = [r for r in process_table() if r[2] != "Z"]
+    mine = {pid for pid, _, _, args in rows if str(home) in args and pid != os.getpid()}
     grew = True
     while grew:
-        children = {pid for pid, ppid, _ in rows if ppid in mine} - mine
+        children = {pid for pid, ppid, _, _ in rows if ppid in mine} - mine
         grew = bool(children)
         mine |= children
     return sorted(mine)
@@ -93,9 +108,10 @@ def _alive(pid: int) -> bool:
 
 
 def flwr_run(run_config: dict, num_supernodes: int, project=None, timeout: float = 900.0,
-             home=None) -> tuple[History, str]:
+             home=None, keep: bool = False) -> tuple[History, str]:
     """`flwr run <project> --stream` on a local simulation federation of `num_supernodes` nodes, then stop the
-    managed SuperLink it started. Returns (the run's History, Flower's output)."""
+    managed SuperLink it started (`keep=True` leaves it running for another run with the same `home`;
+    `stop(home)` stops it). Returns (the run's History, Flower's output)."""
     project = Path(project) if project is not None else project_root()
     own_home = home is None
     home = Path(tempfile.mkdtemp(prefix="fedfrozen-flwr-")) if own_home else Path(home)
@@ -112,7 +128,8 @@ def flwr_run(run_config: dict, num_supernodes: int, project=None, timeout: float
             raise RuntimeError(f"flwr run failed (exit {proc.returncode}); its output ends:\n{log[-3000:]}")
         return History.load(out), log
     finally:
-        stop(home)
+        if not keep:
+            stop(home)
 
 
 def write_certificates(folder) -> dict:
