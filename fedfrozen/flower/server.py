@@ -81,7 +81,7 @@ class FedFrozenStrategy(FedAvg):
 
     def aggregate_train(self, server_round: int, replies):
         r = server_round - 1
-        cfg, flat, method = self.cfg, self.flat, self.method
+        flat, method = self.flat, self.method
         failures, results = [], {}
         for msg in replies:
             node = msg.metadata.src_node_id
