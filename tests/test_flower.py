@@ -1,5 +1,6 @@
 """The Flower apps (fedfrozen.flower) run the same federation as fedfrozen.run."""
 
+import json
 import time
 
 import pytest
@@ -76,9 +77,12 @@ def test_unsupported_methods_are_named_before_any_node_starts(tmp_path):
 
 def test_run_config_keys_map_to_config_fields():
     cfg = fl.config_from_run({"method": "fedfrozen", "warmup-rounds": 10, "value-l2": 0.05, "num-clients": 4,
-                              "local-steps": 3, "fedfrozen-config": '{"dataset": "digits", "rounds": 20}'})
-    assert (cfg.method, cfg.warmup_rounds, cfg.value_l2, cfg.n_clients, cfg.rounds) == ("fedfrozen", 10, 0.05, 4, 20)
-    assert cfg.local_steps == 3 and cfg.local_epochs is None
+                              "local-steps": 3, "clients-per-round": 0, "fedfrozen-config": ""})
+    assert (cfg.method, cfg.warmup_rounds, cfg.value_l2, cfg.n_clients) == ("fedfrozen", 10, 0.05, 4)
+    assert cfg.local_steps == 3 and cfg.local_epochs is None and cfg.clients_per_round is None
+    whole = ff.Config(method="fedprox", rounds=7, model_kwargs={"depth": 1})
+    got = fl.config_from_run({"method": "fedfrozen", "rounds": 3, "fedfrozen-config": json.dumps(whole.to_dict())})
+    assert got == whole  # a whole Config wins over the named keys (which Flower fills from the defaults)
     with pytest.raises(ValueError, match="method must be one of"):
         fl.config_from_run({"method": "fedsomething"})
 
@@ -125,3 +129,13 @@ def test_a_wrong_certificate_is_refused(tmp_path):
     with pytest.raises(RuntimeError, match="TLS refused.*not trusted by the root certificates"):
         launch.deploy(LAUNCH, num_supernodes=1, root_certificates=other, timeout=120)
     assert leftover_processes() == []
+
+
+def test_run_config_text_quotes_json():
+    from fedfrozen.flower.launch import run_config_arg
+
+    cfg = tiny_config(method="fedprox")
+    text = run_config_arg({"rounds": 3, "method": "fedavg", "fedfrozen-config": json.dumps(cfg.to_dict())})
+    assert text.startswith('rounds=3 method="fedavg" fedfrozen-config=\'{')
+    with pytest.raises(ValueError, match="both quote kinds"):
+        run_config_arg({"x": "it's \"odd\""})

@@ -56,8 +56,11 @@ def check_supported(cfg: Config) -> None:
 
 
 def config_from_run(run_config: dict) -> Config:
-    """The Config of a Flower run: `fedfrozen-config` (a Config as JSON) if given, then the named keys."""
-    base = json.loads(run_config["fedfrozen-config"]) if run_config.get("fedfrozen-config") else {}
+    """The Config of a Flower run: `fedfrozen-config` (a whole Config as JSON) when given, else the named
+    keys (RUN_CONFIG_FIELDS; Flower fills the ones not given from pyproject.toml's defaults)."""
+    if run_config.get("fedfrozen-config"):
+        return Config.from_dict(json.loads(run_config["fedfrozen-config"]))
+    base = {}
     for key, field in RUN_CONFIG_FIELDS.items():
         value = run_config.get(key, "")
         if value == "" or (key in ("local-steps", "clients-per-round") and value == 0):

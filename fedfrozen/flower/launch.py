@@ -25,11 +25,18 @@ __all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop"
 
 
 def run_config_arg(run_config: dict) -> str:
-    """`--run-config` text for Flower: strings quoted, numbers as they are."""
+    """`--run-config` text for Flower (TOML values): strings quoted (as TOML literal strings when they hold
+    double quotes, e.g. a Config as JSON), numbers as they are."""
     def fmt(v):
         if isinstance(v, bool):
             return "true" if v else "false"
-        return f'"{v}"' if isinstance(v, str) else repr(v)
+        if not isinstance(v, str):
+            return repr(v)
+        if '"' in v or "\\" in v:
+            if "'" in v:
+                raise ValueError(f"run-config value holds both quote kinds: {v!r}")
+            return f"'{v}'"
+        return f'"{v}"'
     return " ".join(f"{k}={fmt(v)}" for k, v in run_config.items())
 
 
