@@ -29,7 +29,7 @@ from .io import atomic_write, environment
 from .progress import progress_bar
 from .rng import derive_seed
 
-__all__ = ["run", "Config", "evaluate", "evaluate_round", "lr_at", "kernel_change", "prepare", "Setup",
+__all__ = ["run", "Config", "evaluate", "evaluate_round", "lr_at", "kernel_change", "kernel_changes", "prepare", "Setup",
            "save_checkpoint"]
 
 _EPS = 1e-12
@@ -164,11 +164,22 @@ def _lr_at(cfg: Config, r: int) -> float:
     return cfg.lr
 
 
+def _head_ratios(new, old) -> list:
+    return [((a - b).flatten(1).norm(dim=1) / (b.flatten(1).norm(dim=1) + _EPS)) for a, b in zip(new, old)]
+
+
 def _kernel_change(new, old) -> float | None:
+    """Mean over layers and heads of the relative change of the attention kernels in one round."""
     if not new:
         return None
-    ratios = [((a - b).flatten(1).norm(dim=1) / (b.flatten(1).norm(dim=1) + _EPS)) for a, b in zip(new, old)]
-    return torch.cat(ratios).mean().item()
+    return torch.cat(_head_ratios(new, old)).mean().item()
+
+
+def _kernel_changes(new, old) -> list[float] | None:
+    """Per layer (from the input up), the mean over heads of the relative kernel change in one round."""
+    if not new:
+        return None
+    return [r.mean().item() for r in _head_ratios(new, old)]
 
 
 def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, checkpoint=None,
@@ -324,6 +335,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
             row[f"update_norm_{g}"] = math.sqrt(norm2) if trained else None
         kernels = qkv.attention_kernels(model)
         row["kernel_change"] = _kernel_change(kernels, prev_kernels)
+        row["kernel_change_layers"] = _kernel_changes(kernels, prev_kernels)
         prev_kernels = kernels
         row.update(_evaluate_round(s, r))
         row["bytes_down"], row["bytes_up"] = bytes_down, bytes_up
@@ -420,4 +432,4 @@ def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
 
 
 # public names of the helpers other runtimes share (fedfrozen.flower): the same rows, the same schedule
-lr_at, kernel_change, evaluate_round = _lr_at, _kernel_change, _evaluate_round
+lr_at, kernel_change, kernel_changes, evaluate_round = _lr_at, _kernel_change, _kernel_changes, _evaluate_round

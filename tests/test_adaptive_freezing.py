@@ -57,3 +57,44 @@ def test_an_adaptive_schedule_composes_with_another_base_method_and_resumes(tmp_
 def test_bad_thresholds_are_named(kw, field):
     with pytest.raises(ValueError, match=field):
         tiny_config(method="fedfrozen_plateau", **kw)
+
+
+# --- progressive: Q/K frozen layer by layer from the input up -------------------------------------------
+DEEP = dict(model_kwargs=dict(embed_dim=16, depth=3, num_heads=2), rounds=5)
+
+
+def test_progressive_with_tau_zero_never_freezes_and_is_fedavg():
+    hist = ff.run(tiny_config(method="fedavg", freeze_schedule="progressive", freeze_tau=0.0, freeze_patience=1,
+                              **DEEP), progress=False)
+    assert all(r["layers_frozen_from"] == [] for r in hist.rows)
+    assert _without(hist, "frozen_from", "layers_frozen_from") == _without(ff.run(tiny_config(method="fedavg", **DEEP),
+                                                                                  progress=False))
+
+
+def test_progressive_freezes_one_layer_per_round_from_the_bottom_and_frozen_layers_do_not_move(setups):
+    hist = ff.run(tiny_config(method="fedavg", freeze_schedule="progressive", freeze_tau=INF, freeze_patience=1,
+                              **DEEP), progress=False)
+    assert hist.rows[-1]["layers_frozen_from"] == [1, 2, 3] and hist.rows[-1]["frozen_from"] == 3
+    assert [r["stage"] for r in hist.rows] == [1, 1, 1, 2, 2]  # the whole group freezes with the last layer
+    for r in hist.rows:
+        frozen = sum(1 for f in r["layers_frozen_from"] if f <= r["round"])
+        changes = r["kernel_change_layers"]
+        assert all(c == 0.0 for c in changes[:frozen]) and all(c > 0 for c in changes[frozen:])
+    uploads = [r["bytes_up"] for r in hist.rows]
+    assert uploads[0] > uploads[1] > uploads[2] > uploads[3] == uploads[4]  # frozen Q/K entries are not sent
+
+
+def test_progressive_resumes_and_runs_batched(tmp_path):
+    cfg = tiny_config(method="fedavg", freeze_schedule="progressive", freeze_tau=INF, freeze_patience=2, **DEEP)
+    full = ff.run(cfg, progress=False)
+    ckpt = tmp_path / "c.pt"
+    ff.run(cfg, callbacks=[lambda r, row, h: r == 1], checkpoint=ckpt, progress=False)
+    assert _without(ff.run(cfg, resume_from=ckpt, progress=False)) == _without(full)
+    batched = ff.run(cfg.replace(engine="batched"), progress=False)
+    assert [r["layers_frozen_from"] for r in batched.rows] == [r["layers_frozen_from"] for r in full.rows]
+    assert [r["bytes_up"] for r in batched.rows] == [r["bytes_up"] for r in full.rows]
+
+
+def test_progressive_needs_the_query_key_block():
+    with pytest.raises(ValueError, match="progressive.*freeze must be"):
+        tiny_config(method="fedavg", freeze_schedule="progressive", freeze=("v",))

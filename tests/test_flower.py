@@ -36,7 +36,7 @@ def leftover_processes(wait: float = 20.0) -> list[str]:
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedfrozen"])
+@pytest.mark.parametrize("method", ["fedavg", "fedfrozen", "fedprox", "fedadam"])
 def test_flower_simulation_equals_the_loop(method, tmp_path):
     """Full participation, same config and seed: the same accuracy every round (within 1e-6), the same
     upload bytes per stage, and from T0 only the trainable arrays travel up."""

@@ -11,6 +11,7 @@ SuperLink that stays up after the run; this stops it). Runtime dependency instal
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,8 +48,17 @@ def _env(home: Path) -> dict:
     return env
 
 
+def _bin(name: str) -> str:
+    """A Flower command installed with this Python (beside it, or on PATH)."""
+    beside = Path(sys.executable).with_name(name)
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name!r} not found beside {sys.executable} nor on PATH: pip install -e \".[flower]\"")
+    return found
+
+
 def _flwr() -> str:
-    return str(Path(sys.executable).with_name("flwr"))
+    return _bin("flwr")
 
 
 def process_table() -> list[tuple[int, int, str, str]]:
@@ -206,14 +216,13 @@ def deploy(run_config: dict, num_supernodes: int = 3, project=None, timeout: flo
     certs = write_certificates(home / "certs")
     port = _free_port()
     env = _env(home)
-    bin_dir = Path(sys.executable).parent
     procs: list[subprocess.Popen] = []
     logs = home / "logs"
     logs.mkdir(exist_ok=True)
 
     def start(name, args):
         f = open(logs / f"{name}.log", "w")
-        p = subprocess.Popen([str(bin_dir / args[0]), *args[1:]], env=env, stdout=f, stderr=subprocess.STDOUT,
+        p = subprocess.Popen([_bin(args[0]), *args[1:]], env=env, stdout=f, stderr=subprocess.STDOUT,
                              start_new_session=True)
         f.close()
         procs.append(p)

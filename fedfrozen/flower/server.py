@@ -131,6 +131,7 @@ class FedFrozenStrategy(FedAvg):
             row[f"update_norm_{g}"] = math.sqrt(norm2) if g in trainable else None
         kernels = qkv.attention_kernels(self.s.model)
         row["kernel_change"] = loop.kernel_change(kernels, self.prev_kernels)
+        row["kernel_change_layers"] = loop.kernel_changes(kernels, self.prev_kernels)
         self.prev_kernels = kernels
         row.update(loop.evaluate_round(self.s, r))
         row["bytes_down"], row["bytes_up"] = self.bytes_down, bytes_up

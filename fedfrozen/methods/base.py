@@ -102,6 +102,7 @@ class Method:
         self.s = setup
         self.local.setup(setup.flat.numel, setup.device)
         self.server.setup(setup.flat.numel, setup.device)
+        self.schedule.setup(setup)
 
     # --- participation ------------------------------------------------------------------------
     def sample_clients(self, r: int) -> list[int]:
@@ -129,8 +130,9 @@ class Method:
 
     def client_mask(self, r: int, cid: int) -> torch.Tensor | None:
         """A 0/1 float mask over the flat parameters that client `cid` trains in round r, within the
-        trainable groups; None trains them all. Masked entries get no gradient and no weight decay."""
-        return None
+        trainable groups; None trains them all. Masked entries get no gradient and no weight decay.
+        By default the freezing schedule's mask (the progressive schedule's frozen layers)."""
+        return self.schedule.client_mask(r)
 
     def on_stage_switch(self, frozen: tuple) -> None:
         """The frozen groups changed: server and client state of the old stage are dropped."""

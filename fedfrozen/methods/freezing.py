@@ -11,6 +11,12 @@ each round's History row, so a schedule may decide from what the federation meas
           `freeze_patience` consecutive rounds (from the next round on).
 - drift_ratio: freeze once the query/key block's client drift has exceeded `freeze_rho` times the
           value block's for `freeze_patience` consecutive rounds.
+- progressive: freeze the query/key weights layer by layer from the input up: the lowest layer still
+          training freezes once its own relative kernel change has stayed below `freeze_tau` for
+          `freeze_patience` rounds; while some layers train, the frozen layers' Q/K entries are masked
+          for every client (client_mask); when the last layer freezes, the whole group freezes (a
+          stage switch, as at FedFrozen's T0). Rows record `layers_frozen_from` (the round from which
+          each frozen layer stopped training).
 The adaptive schedules decide from each round's History row (on_round_end), record the decided
 first frozen round as `frozen_from` in every later row, and keep their counters in state_dict so
 that a resumed run decides as the uninterrupted one did. Their default thresholds are provisional:
@@ -21,7 +27,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["FreezeSchedule", "AtWarmup", "FromStart", "KernelPlateau", "DriftRatio", "FREEZE_SCHEDULES"]
+import torch
+
+__all__ = ["FreezeSchedule", "AtWarmup", "FromStart", "KernelPlateau", "DriftRatio", "Progressive",
+           "FREEZE_SCHEDULES"]
 
 
 class FreezeSchedule:
@@ -39,6 +48,13 @@ class FreezeSchedule:
         if self.freeze_at is None or r < self.freeze_at:
             return ()
         return self.groups
+
+    def setup(self, setup) -> None:
+        """Once before round 0, with the loop's Setup (model, flat buffers)."""
+
+    def client_mask(self, r: int):
+        """A 0/1 mask over the flat parameters every client trains in round r (None: no finer mask)."""
+        return None
 
     def on_round_end(self, r: int, row: dict, history) -> None:
         """Called after every round with its History row."""
@@ -106,5 +122,67 @@ class DriftRatio(_Adaptive):
         return qk > self.cfg.freeze_rho * v
 
 
+class Progressive(FreezeSchedule):
+    name = "progressive"
+
+    def __init__(self, cfg, groups: tuple):
+        super().__init__(cfg, groups)
+        if tuple(groups) != ("qk",):
+            raise ValueError(f"freeze_schedule 'progressive' freezes the query/key block layer by layer; "
+                             f"freeze must be ('qk',), got {tuple(groups)!r}")
+        self.layer_from: list[int] = []  # round from which layer l (0 = nearest the input) is frozen
+        self.streak = 0
+        self._mask = (None, None)  # (frozen layer count, mask)
+
+    def setup(self, setup) -> None:
+        from ..qkv import SplitMultiheadAttention, SplitQKV
+
+        self.flat = setup.flat
+        names = {id(p): n for n, p in setup.model.named_parameters()}
+        self.layer_ranges = []  # per layer, the flat ranges of its q and k weights and biases
+        for m in setup.model.modules():
+            if isinstance(m, (SplitQKV, SplitMultiheadAttention)):
+                params = [*m.q.parameters(), *m.k.parameters()]
+                self.layer_ranges.append([setup.flat.param_range[names[id(p)]] for p in params])
+
+    def frozen_layers(self, r: int) -> int:
+        return sum(1 for f in self.layer_from if f <= r)
+
+    def client_mask(self, r: int):
+        k = self.frozen_layers(r)
+        if k == 0 or self.freeze_at is not None and r >= self.freeze_at:
+            return None
+        if self._mask[0] != k:
+            mask = torch.ones_like(self.flat.data)
+            for ranges in self.layer_ranges[:k]:
+                for a, b in ranges:
+                    mask[a:b] = 0.0
+            self._mask = (k, mask)
+        return self._mask[1]
+
+    def on_round_end(self, r: int, row: dict, history) -> None:
+        changes = row.get("kernel_change_layers") or []
+        layer = len(self.layer_from)
+        if layer < len(changes) and r + 1 < self.cfg.rounds:
+            change = changes[layer]
+            self.streak = self.streak + 1 if change is not None and change < self.cfg.freeze_tau else 0
+            if self.streak >= self.cfg.freeze_patience:
+                self.layer_from.append(r + 1)
+                self.streak = 0
+                if len(self.layer_from) == len(changes):
+                    self.freeze_at = r + 1
+        row["layers_frozen_from"] = list(self.layer_from)
+        row["frozen_from"] = self.freeze_at
+
+    def state_dict(self) -> dict:
+        return {"streak": self.streak, "layer_from": list(self.layer_from),
+                "freeze_at": -1 if self.freeze_at is None else self.freeze_at}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.streak = int(state["streak"])
+        self.layer_from = [int(v) for v in state["layer_from"]]
+        self.freeze_at = None if int(state["freeze_at"]) < 0 else int(state["freeze_at"])
+
+
 FREEZE_SCHEDULES = {"none": FreezeSchedule, "warmup": AtWarmup, "start": FromStart,
-                    "kernel_plateau": KernelPlateau, "drift_ratio": DriftRatio}
+                    "kernel_plateau": KernelPlateau, "drift_ratio": DriftRatio, "progressive": Progressive}
