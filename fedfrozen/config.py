@@ -59,7 +59,7 @@ class Config:
     server_opt: str | None = None      # override: avg | momentum | adam | yogi | adagrad | feddyn
     freeze_schedule: str | None = None  # override: none | warmup | start | kernel_plateau | drift_ratio
     freeze_tau: float = 0.01           # kernel_plateau: relative kernel change below which a round counts as a plateau
-    freeze_rho: float = 1.0            # drift_ratio: freeze when qk drift exceeds rho times v drift
+    freeze_rho: float = 4.0            # drift_ratio: freeze when qk drift exceeds rho times v drift (chosen on the simulator)
     freeze_patience: int = 3           # adaptive schedules: consecutive rounds the condition must hold
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha

@@ -25,7 +25,7 @@ import torch
 
 __all__ = ["Clients", "make_clients", "features", "global_loss", "value_optimum", "profile_objective",
            "profile_gradient", "strong_convexity", "init_weights", "simulate", "centralised", "min_profile",
-           "decompose", "warmup_sweep", "lambda_sweep"]
+           "decompose", "warmup_sweep", "lambda_sweep", "rules_vs_oracle"]
 
 DT = torch.float64
 
@@ -169,19 +169,36 @@ def init_weights(d: int, seed: int, scale: float = 0.5):
 
 
 def simulate(c: Clients, *, rounds: int, warmup: int, local_steps: int, lr: float, lam: float = 0.0,
-             init=None, seed: int = 0) -> dict:
+             init=None, seed: int = 0, rule: str | None = None, tau: float = 0.01, rho: float = 1.0,
+             patience: int = 3) -> dict:
     """Two-stage FedAvg: `warmup` rounds on (W_Q, W_K, v), then K frozen and FedAvg on v.
 
     Each round every client runs `local_steps` full-batch gradient steps on L_i + (lam/2)||v||^2
     from the global weights; the server averages with weights p. Returns K at the switch (K_T0),
-    the final K and v, and the global loss after every round.
+    the final K and v, the global loss after every round, and T0 (the first frozen round, `rounds`
+    when K never froze).
+
+    `rule` replaces the fixed `warmup` by an adaptive schedule deciding after every round, as the
+    federated loop's schedules do (fedfrozen.methods.freezing): "kernel_plateau" freezes from the next
+    round once the relative kernel change ||K^r - K^{r-1}|| / ||K^{r-1}|| stayed below `tau` for
+    `patience` rounds; "drift_ratio" once the client drift of (W_Q, W_K) exceeded `rho` times that of v
+    (drift: sum_i p_i ||D_i||^2 / ||sum_i p_i D_i||^2 - 1 over the clients' round updates D_i).
     """
+    if rule not in (None, "kernel_plateau", "drift_ratio"):
+        raise ValueError(f"rule must be None, 'kernel_plateau' or 'drift_ratio'; got {rule!r}")
+    for name, value in (("tau", tau), ("rho", rho)):
+        if not value >= 0:
+            raise ValueError(f"{name} must be >= 0; got {value!r}")
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        raise ValueError(f"patience must be an integer >= 1; got {patience!r}")
     N, d = c.n_clients, c.dim
     WQ, WK, v = init if init is not None else init_weights(d, seed)
+    T0 = rounds if rule is not None else warmup
     losses = []
     K_T0 = None
+    streak = 0
     for r in range(rounds):
-        frozen = r >= warmup
+        frozen = r >= T0
         if frozen and K_T0 is None:
             K_T0 = WQ @ WK.T
         q, k, vv = (t.unsqueeze(0).repeat(N, *([1] * t.dim())) for t in (WQ, WK, v))
@@ -191,13 +208,57 @@ def simulate(c: Clients, *, rounds: int, warmup: int, local_steps: int, lr: floa
             if not frozen:
                 q, k = q - lr * gK @ k, k - lr * gK.transpose(1, 2) @ q
             vv = vv - lr * gv
+        K_old = WQ @ WK.T
         if not frozen:
+            dq = torch.cat([(q - WQ).flatten(1), (k - WK).flatten(1)], dim=1)
             WQ, WK = torch.einsum("n,nde->de", c.p, q), torch.einsum("n,nde->de", c.p, k)
+        dv = vv - v
         v = c.p @ vv
         losses.append(float(global_loss(WQ @ WK.T, v, c)))
+        if rule is not None and not frozen and r + 1 < rounds:
+            if rule == "kernel_plateau":
+                change = float((WQ @ WK.T - K_old).norm() / (K_old.norm() + 1e-12))
+                fires = change < tau
+            else:
+                fires = _drift(dq, c.p) > rho * _drift(dv, c.p)
+            streak = streak + 1 if fires else 0
+            if streak >= patience:
+                T0 = r + 1
     if K_T0 is None:
         K_T0 = WQ @ WK.T
-    return {"K_T0": K_T0, "K": WQ @ WK.T, "v": v, "WQ": WQ, "WK": WK, "losses": losses}
+    return {"K_T0": K_T0, "K": WQ @ WK.T, "v": v, "WQ": WQ, "WK": WK, "losses": losses, "T0": T0}
+
+
+def _drift(updates: torch.Tensor, p: torch.Tensor) -> float:
+    """Client drift of per-client updates (clients, entries): weighted spread over the squared mean update."""
+    mean = p @ updates
+    m2 = float(mean.pow(2).sum())
+    return max(float(p @ updates.pow(2).sum(1)) - m2, 0.0) / (m2 + 1e-12)
+
+
+def rules_vs_oracle(sigmas, seeds, *, warmups, rounds: int, local_steps: int, lr: float, lam: float = 1e-3,
+                    taus=(0.01,), rhos=(1.0,), patience: int = 3, n_clients: int = 10, samples: int = 100,
+                    d: int = 8):
+    """Per (sigma, seed): the oracle fixed T0 (lowest final training loss over `warmups`) and, per rule
+    and threshold, the T0 it chose and its final loss; regret = its loss minus the oracle's. A DataFrame."""
+    import pandas as pd
+
+    rows = []
+    for sigma in sigmas:
+        for seed in seeds:
+            c = make_clients(n_clients, d, samples=samples, sigma=sigma, seed=seed)
+            common = dict(rounds=rounds, local_steps=local_steps, lr=lr, lam=lam, seed=seed)
+            fixed = {T0: simulate(c, warmup=T0, **common)["losses"][-1] for T0 in warmups}
+            oracle_T0 = min(fixed, key=lambda t: (fixed[t], t))
+            base = {"sigma": sigma, "seed": seed, "oracle_T0": oracle_T0, "oracle_loss": fixed[oracle_T0],
+                    "no_freeze_loss": fixed.get(rounds, simulate(c, warmup=rounds, **common)["losses"][-1])}
+            for rule, values in (("kernel_plateau", taus), ("drift_ratio", rhos)):
+                for value in values:
+                    kw = {"tau": value} if rule == "kernel_plateau" else {"rho": value}
+                    out = simulate(c, warmup=rounds, rule=rule, patience=patience, **kw, **common)
+                    rows.append({**base, "rule": rule, "threshold": value, "T0": out["T0"],
+                                 "loss": out["losses"][-1], "regret": out["losses"][-1] - fixed[oracle_T0]})
+    return pd.DataFrame(rows)
 
 
 def centralised(c: Clients, *, steps: int, lr: float, lam: float = 0.0, init=None, seed: int = 0):

@@ -13,7 +13,7 @@ validation accuracy, ties to the smaller lr.
   scaffold 0.275/0.317/0.352, fedfrozen_scaffold 0.296/0.268/0.345). `fedtlu` and `fedfrozen_tlu` by the
   same rule: 0.099/0.120/0.127 each (k = 1 of vit_digits' 5 layers per round stays near chance at 40 rounds);
   `head_pruning` (s = 0.5): 0.275/0.472/0.556; `fedfrozen_plateau` (tau 0.01: never froze) 0.394/0.507/0.669;
-  `fedfrozen_drift` (rho 1) 0.394/0.592/0.718; `afedlf` 0.190/0.261/0.190.
+  `fedfrozen_drift` (rho 1) 0.394/0.592/0.718, again at the simulator-chosen rho 4 (never froze) 0.394/0.507/0.669; `afedlf` 0.190/0.261/0.190.
 - paper: the result of `fedfrozen select-lr --dataset cifar10` (fedfrozen.selection: the same
   rule on PAPER_LR_GRID at the paper scale, stored in results/<dataset>/paper_lr.json), else
   PAPER_DEFAULT_LR for every method. Digits-selected rates are never used at the paper scale.

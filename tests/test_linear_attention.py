@@ -97,3 +97,42 @@ def test_decomposition_terms_are_consistent():
 def test_bad_sigma():
     with pytest.raises(ValueError, match="sigma"):
         la.make_clients(sigma=-1)
+
+
+# --- adaptive freezing rules on the simulator ----------------------------------------------------------
+RULE = dict(rounds=12, local_steps=5, lr=0.02, lam=1e-3, seed=0)
+
+
+def test_adaptive_rules_are_deterministic_and_reduce_to_fixed_warmups():
+    c = la.make_clients(5, 6, samples=40, sigma=1.0, seed=0)
+    a = la.simulate(c, warmup=0, rule="kernel_plateau", tau=0.05, patience=2, **RULE)
+    b = la.simulate(c, warmup=0, rule="kernel_plateau", tau=0.05, patience=2, **RULE)
+    assert a["T0"] == b["T0"] and a["losses"] == b["losses"]
+    never = la.simulate(c, warmup=0, rule="kernel_plateau", tau=0.0, patience=1, **RULE)
+    assert never["T0"] == RULE["rounds"]
+    assert never["losses"] == la.simulate(c, warmup=RULE["rounds"], **RULE)["losses"]
+    first = la.simulate(c, warmup=0, rule="kernel_plateau", tau=float("inf"), patience=1, **RULE)
+    assert first["T0"] == 1 and first["losses"] == la.simulate(c, warmup=1, **RULE)["losses"]
+    assert la.simulate(c, warmup=0, rule="drift_ratio", rho=float("inf"), **RULE)["T0"] == RULE["rounds"]
+    zero = la.simulate(c, warmup=0, rule="drift_ratio", rho=0.0, patience=1, **RULE)
+    assert zero["T0"] == 1  # any drift in the kernel exceeds 0 x the value drift
+
+
+def test_rules_vs_oracle_reports_regret_against_the_best_fixed_warmup():
+    df = la.rules_vs_oracle([1.0], [0], warmups=[0, 6, 12], taus=(0.05,), rhos=(4.0,), patience=2, n_clients=5,
+                            samples=40, d=6, rounds=12, local_steps=5, lr=0.02)
+    assert set(df["rule"]) == {"kernel_plateau", "drift_ratio"}
+    c = la.make_clients(5, 6, samples=40, sigma=1.0, seed=0)
+    fixed = {T0: la.simulate(c, warmup=T0, rounds=12, local_steps=5, lr=0.02, lam=1e-3, seed=0)["losses"][-1]
+             for T0 in (0, 6, 12)}
+    assert df["oracle_loss"].iloc[0] == min(fixed.values()) and fixed[df["oracle_T0"].iloc[0]] == min(fixed.values())
+    assert ((df["loss"] - df["oracle_loss"]) == df["regret"]).all()
+
+
+@pytest.mark.parametrize("kw, name", [(dict(rule="plateau"), "rule"), (dict(rule="kernel_plateau", tau=-1), "tau"),
+                                      (dict(rule="drift_ratio", rho=-1), "rho"),
+                                      (dict(rule="kernel_plateau", patience=0), "patience")])
+def test_bad_rule_arguments_are_named(kw, name):
+    c = la.make_clients(3, 4, samples=10, sigma=1.0, seed=0)
+    with pytest.raises(ValueError, match=name):
+        la.simulate(c, warmup=0, **{**RULE, **kw})
