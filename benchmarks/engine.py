@@ -59,7 +59,7 @@ def main() -> None:
     first = None
     if args.device == "cuda":
         tmp = tempfile.mkdtemp()
-        ff.data.write_fake_cifar(tmp, "cifar10", n_train=5000, n_test=1000)
+        ff.data.write_fake_cifar("cifar10", tmp, per_class=500, test_per_class=100)
         train, test = ff.data.load("cifar10", tmp, download=False)
         for per_round in (10, 100):
             base = ff.Config(dataset="cifar10", model="vit_cifar", n_clients=100, clients_per_round=per_round,
