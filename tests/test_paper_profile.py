@@ -116,4 +116,5 @@ def test_dry_run_executes_every_paper_config_of_every_notebook():
     names = {r["notebook"].split(" ")[0][:2] for r in rows}
     expected = {nb.name[:2] for nb in ff.io.notebooks() if "ff.Config(" in nb.read_text() or "ff.data.load(" in nb.read_text()}
     assert names == expected and {"00", "03", "07"} <= names
-    assert all(r["configs"] > 0 for r in rows if not r["notebook"].startswith("02"))
+    # 02 trains nothing; 08 trains through Flower's runtime, not through run_or_load (and shrinks under a dry run)
+    assert all(r["configs"] > 0 for r in rows if not r["notebook"].startswith(("02", "08")))
