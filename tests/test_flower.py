@@ -49,12 +49,23 @@ def test_flower_simulation_equals_the_loop(method, tmp_path):
         assert abs(a["test_acc"] - b["test_acc"]) <= 1e-6
         assert abs(a["test_loss"] - b["test_loss"]) <= 1e-5
         assert abs(a["train_loss"] - b["train_loss"]) <= 1e-5
-        assert a["bytes_up"] == b["bytes_up"]
+        assert (a["bytes_up"], a["bytes_down"]) == (b["bytes_up"], b["bytes_down"])  # the frozen block: once
         assert a["failures"] == []
     if method == "fedfrozen":
         assert hf.rows[1]["bytes_up"] < hf.rows[0]["bytes_up"]
     assert hf.env["runtime"] == "flower"
     assert leftover_processes() == []
+
+
+def test_partial_participation_by_partition_id(tmp_path):
+    """2 of 4 clients per round, sampled by the method from the seed: the loop's clients, accuracy and upload;
+    downloads too once the server knows which node holds which partition (after round 0)."""
+    cfg = tiny_config(method="fedfrozen", n_clients=4, clients_per_round=2, rounds=3, warmup_rounds=1)
+    hf, hl = flower_history(cfg, tmp_path), ff.run(cfg, progress=False)
+    assert [r["test_acc"] for r in hf.rows] == pytest.approx([r["test_acc"] for r in hl.rows], abs=1e-6)
+    assert [r["bytes_up"] for r in hf.rows] == [r["bytes_up"] for r in hl.rows]
+    assert [r["bytes_down"] for r in hf.rows[1:]] == [r["bytes_down"] for r in hl.rows[1:]]
+    assert hf.rows[0]["bytes_down"] == 2 * hl.rows[0]["bytes_down"]  # round 0: every node gets the model
 
 
 def test_a_failing_client_does_not_stop_the_run(tmp_path):

@@ -15,6 +15,7 @@ from ..rng import derive_seed
 __all__ = ["app", "train_client", "failing"]
 
 app = ClientApp()
+FROZEN_KEY = "fedfrozen-frozen-block"  # Context.state: the frozen arrays of the current stage
 _SETUP: dict = {}  # the Setup (data, partitions, resident model) of the last config, built once per process
 
 
@@ -73,6 +74,15 @@ def train(msg: Message, context: Context) -> Message:
     if cid not in [int(i) for i in conf["sampled"]]:
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": cid})}), reply_to=msg)
     state = msg.content["arrays"].to_torch_state_dict()
+    frozen = [g for g in str(conf["frozen"]).split(",") if g]
+    if frozen:  # the frozen block comes once per stage: keep it in the node's state, take it from there after
+        names = {n for g in frozen for n in qkv.param_groups(_setup(cfg).model)[g]}
+        if names <= set(state):
+            context.state[FROZEN_KEY] = ArrayRecord(torch_state_dict={n: state[n] for n in names})
+        elif FROZEN_KEY in context.state:
+            state.update(context.state[FROZEN_KEY].to_torch_state_dict())
+        else:
+            raise RuntimeError(f"client {cid}: round {r} has frozen groups {frozen} but the node never received them")
     arrays, metrics = train_client(cfg, cid, r, state, conf)
     return Message(RecordDict({"arrays": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)}),
                    reply_to=msg)

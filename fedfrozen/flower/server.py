@@ -49,18 +49,23 @@ class FedFrozenStrategy(FedAvg):
         self.current: tuple = ()
         self.prev_kernels = qkv.attention_kernels(self.s.model)
         self.node_partition: dict[int, int] = {}
+        self.received_frozen: set[int] = set()  # nodes holding the current frozen block
         self.sampled: list[int] = []
 
     def initial_arrays(self) -> ArrayRecord:
         return ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in self.s.model.state_dict().items()})
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        """One message per node. What goes down, as the loop counts it: the trainable arrays to every
+        sampled client, the frozen block once per node after a stage switch (the node keeps it in its
+        Context.state), nothing to a node whose partition is known and not sampled this round."""
         r = server_round - 1
         self.t0 = time.perf_counter()
         frozen = self.method.frozen_groups(r)
         if frozen != self.current:
             self.method.on_stage_switch(frozen)
             self.current = frozen
+            self.received_frozen.clear()
         self.sampled = self.method.sample_clients(r)
         self.method.begin_round(r, self.sampled)
         self.lr = loop.lr_at(self.cfg, r)
@@ -68,11 +73,25 @@ class FedFrozenStrategy(FedAvg):
                              "frozen": ",".join(frozen), "lr": self.lr, "value-l2": float(self.method.value_penalty(r)),
                              "proximal-mu": float(self.method.anchor_coeff()), "sampled": [int(i) for i in self.sampled],
                              "fail": self.fail})
-        node_ids = self._nodes(grid)
-        self.bytes_down = len(node_ids) * _payload(arrays)  # Flower sends the whole model to every node
-        self.bytes_down_wire = len(node_ids) * arrays.count_bytes()
-        record = RecordDict({"arrays": arrays, "config": conf})
-        return [Message(content=record, message_type=MessageType.TRAIN, dst_node_id=n) for n in node_ids]
+        state = arrays.to_torch_state_dict()
+        frozen_names = {n for g in frozen for n in qkv.param_groups(self.s.model)[g]}
+        trainable = ArrayRecord(torch_state_dict={k: v for k, v in state.items() if k not in frozen_names})
+        full = ArrayRecord(torch_state_dict=state)
+        messages, self.bytes_down, self.bytes_down_wire = [], 0, 0
+        sampled = set(self.sampled)
+        for node in self._nodes(grid):
+            part = self.node_partition.get(node)
+            if part is not None and part not in sampled:
+                record = RecordDict({"config": conf})
+            else:
+                send = full if frozen_names and node not in self.received_frozen or not frozen_names else trainable
+                if frozen_names:
+                    self.received_frozen.add(node)
+                record = RecordDict({"arrays": send, "config": conf})
+                self.bytes_down += _payload(send)
+                self.bytes_down_wire += send.count_bytes()
+            messages.append(Message(content=record, message_type=MessageType.TRAIN, dst_node_id=node))
+        return messages
 
     def _nodes(self, grid: Grid) -> list[int]:
         while len(nodes := list(grid.get_node_ids())) < self.cfg.n_clients:
