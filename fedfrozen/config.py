@@ -30,6 +30,9 @@ class Config:
     classes_per_client: int = 2        # for partition="shards"
     n_clients: int = 20                # number of clients N
     clients_per_round: int | None = None  # |S| sampled per round (None: all clients)
+    participation: str = "uniform"     # full | uniform (clients_per_round drawn each round) | skewed (Bernoulli, below)
+    participation_rate: float = 0.1    # skewed: C, the expected share of clients per round (sum_i p_i = C N)
+    participation_skew: float = 5.0    # skewed: a, a seeded half of the clients is (1 + a)x likelier to join
     val_fraction: float = 0.1          # training data held out (stratified) for hyperparameter selection
     client_holdout: float = 0.1        # fraction of each client's data kept for its local accuracy
     public_fraction: float = 0.0       # training data held out as the server's public split
@@ -126,6 +129,18 @@ class Config:
         if self.clients_per_round is not None and self.clients_per_round > self.n_clients:
             raise ValueError(f"clients_per_round ({self.clients_per_round}) must not exceed "
                              f"n_clients ({self.n_clients})")
+        choice("participation", ("full", "uniform", "skewed"))
+        number("participation_rate", 0, 1, lo_open=True)
+        number("participation_skew", 0)
+        if self.participation == "full" and self.clients_per_round not in (None, self.n_clients):
+            raise ValueError(f"participation='full' trains every client each round; clients_per_round "
+                             f"({self.clients_per_round}) is for participation='uniform'")
+        if self.participation == "skewed":
+            p_max = (1 + self.participation_skew) * 2 * self.participation_rate / (2 + self.participation_skew)
+            if self.n_clients > 1 and p_max > 1:
+                raise ValueError(f"participation='skewed': the likelier clients would join with probability "
+                                 f"{p_max:.3g} > 1 (participation_rate {self.participation_rate}, participation_skew "
+                                 f"{self.participation_skew}); lower one of them")
         number("val_fraction", 0, 0.5)
         number("client_holdout", 0, 0.5)
         number("public_fraction", 0, 0.5)

@@ -257,14 +257,14 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         opt.lr = lr
 
         sampled = method.sample_clients(r)
-        weights = s.client_sizes[sampled] / s.client_sizes[sampled].sum()
+        weights = s.client_sizes[sampled] / s.client_sizes[sampled].sum() if sampled else np.zeros(0)
         acc.zero_()
         client_sq = {g: torch.zeros((), device=device) for g in groups}
         method.begin_round(r, sampled)
         anchor_coeff = method.anchor_coeff()
-        train_loss = 0.0
+        train_loss = 0.0 if sampled else math.nan  # a round nobody joined (skewed participation) trains nothing
         bytes_down = bytes_up = 0
-        chunk = batched.chunk_size(cfg, layout, model, s, len(sampled)) if use_batched else 1
+        chunk = max(1, batched.chunk_size(cfg, layout, model, s, len(sampled))) if use_batched else 1
         for c0 in range(0, len(sampled), chunk):
             clients = []
             for cid in sampled[c0:c0 + chunk]:  # the hooks before training, client by client
@@ -323,10 +323,11 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         if hist.diverged:
             break
 
-        method.server_update(r, x_global, acc, mask, sampled)
+        if sampled:  # no update from nobody: the global model (and server state) stay as they are
+            method.server_update(r, x_global, acc, mask, sampled)
         flat.data.copy_(x_global)
 
-        row = {"round": r, "stage": stage, "lr": lr, "train_loss": train_loss}
+        row = {"round": r, "stage": stage, "lr": lr, "train_loss": train_loss, "clients": [int(c) for c in sampled]}
         mean_sq = flat.group_sq_norms(acc)
         for g in reported:
             trained = g not in frozen
@@ -400,7 +401,8 @@ def _progress(rounds, enabled: bool):
 def _show(bar, row: dict) -> None:
     if hasattr(bar, "set_postfix"):
         acc = row.get("test_acc")
-        bar.set_postfix(stage=row["stage"], loss=f"{row['train_loss']:.3f}",
+        loss = row.get("train_loss")
+        bar.set_postfix(stage=row["stage"], loss="-" if loss is None else f"{loss:.3f}",
                         acc="-" if acc is None else f"{acc:.3f}")
 
 

@@ -40,7 +40,7 @@ from .freezing import FREEZE_SCHEDULES
 from .objective import LocalObjective, Prox
 from .scaffold import Scaffold
 
-__all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss"]
+__all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_probabilities"]
 
 PROBE = 128  # samples of a client that methods evaluate on (importance, gains, confidences)
 
@@ -56,6 +56,20 @@ def probe_loss(setup, cid: int) -> float:
     loss = torch.nn.functional.cross_entropy(model(setup.x[idx]), setup.y[idx]).item()
     model.train(training)
     return loss
+
+
+def participation_probabilities(cfg) -> np.ndarray:
+    """p_i of the skewed participation model (FedSteer's, docs/methods.md): a seeded half of the clients is
+    (1 + participation_skew)x likelier to join a round than the rest, scaled so that sum_i p_i = C N with
+    C = participation_rate. Under `full` every p_i is 1; under `uniform` each is clients_per_round / N."""
+    n = cfg.n_clients
+    if cfg.participation == "full":
+        return np.ones(n)
+    if cfg.participation == "uniform":
+        return np.full(n, (cfg.clients_per_round or n) / n)
+    weight = np.ones(n)
+    weight[np.random.default_rng(derive_seed(cfg.seed, 107)).permutation(n)[:n // 2]] += cfg.participation_skew
+    return cfg.participation_rate * n * weight / weight.sum()
 
 
 class Method:
@@ -106,8 +120,15 @@ class Method:
 
     # --- participation ------------------------------------------------------------------------
     def sample_clients(self, r: int) -> list[int]:
-        """Clients of round r: clients_per_round drawn uniformly without replacement (all when unset)."""
+        """Clients of round r, by Config.participation: `full` every client; `uniform` clients_per_round drawn
+        without replacement (all when unset); `skewed` each client i independently with probability p_i
+        (participation_probabilities). Seeded by (seed, r): the same schedule on every run and resume."""
         cfg = self.cfg
+        if cfg.participation == "full":
+            return list(range(cfg.n_clients))
+        if cfg.participation == "skewed":
+            rng = np.random.default_rng(derive_seed(cfg.seed, r, 104))
+            return [int(i) for i in np.flatnonzero(rng.random(cfg.n_clients) < participation_probabilities(cfg))]
         m = cfg.clients_per_round or cfg.n_clients
         if m >= cfg.n_clients:
             return list(range(cfg.n_clients))

@@ -83,7 +83,7 @@ class HeadPruning(Method):
     def sample_clients(self, r: int) -> list[int]:
         cfg = self.cfg
         m = cfg.clients_per_round or cfg.n_clients
-        if m >= cfg.n_clients:  # full participation: nothing to choose
+        if m >= cfg.n_clients or cfg.participation != "uniform":  # nothing to choose, or who joins is not ours to choose
             return super().sample_clients(r)
         rng = np.random.default_rng(derive_seed(cfg.seed, r, 106))
         score = torch.nan_to_num(self.importance, nan=math.inf).tolist()  # never seen: first
