@@ -70,6 +70,8 @@ class Config:
     afedlf_max_depth: int | None = None  # AFedLF: deepest frozen prefix (blocks); None: all but the last block
     head_sparsity: float = 0.5         # head pruning: share s of attention heads each client leaves untrained, in [0, 1)
     head_weighting: str = "confidence"  # head pruning: per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)
+    fedadamw_gamma: float = 0.9        # FedAdamW: weight gamma of the pull along the last mean update (lr and wd scaled by 1 - gamma)
+    fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
     scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
     server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
     server_momentum: float = 0.9       # FedAvgM beta
@@ -177,6 +179,11 @@ class Config:
         if self.freeze_schedule is not None:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
+        number("fedadamw_gamma", 0, 1)
+        if self.fedadamw_gamma >= 1:
+            raise ValueError(f"fedadamw_gamma must be in [0, 1); got {self.fedadamw_gamma!r}")
+        if not isinstance(self.fedadamw_server_moments, bool):
+            raise ValueError(f"fedadamw_server_moments must be True or False; got {self.fedadamw_server_moments!r}")
         number("freeze_tau", 0)
         number("freeze_rho", 0)
         integer("freeze_patience", 1)

@@ -112,6 +112,7 @@ class FlatOptimizer:
         self.v = flat.data.new_zeros(n) if kind == "adamw" else None
         self.t = 0
         self.mask: torch.Tensor | None = None
+        self.after_step = None  # a method's per-step term applied to the weights after each step (FedAdamW)
         self._decay = (None, None, None)  # (lr, mask, per-entry decay factor) of the masked AdamW path
 
     def _decay_factor(self, lr: float, wd: float) -> torch.Tensor:
@@ -148,6 +149,8 @@ class FlatOptimizer:
                 adamw_step(p, g, m, v, self.t, self.lr, self.weight_decay, self.betas, self.eps, d)
             else:
                 sgd_step(p, g, m, self.t, self.lr, self.weight_decay, self.momentum, d)
+        if self.after_step is not None:
+            self.after_step()
 
 
 def adamw_step(p, g, m, v, t: int, lr: float, wd: float, betas, eps: float, decay=None) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..qkv import GROUPS
 from .afedlf import AFedLF
 from .base import Method
+from .fedadamw import FedAdamW
 from .fedtlu import FedTLU
 from .head_pruning import HeadPruning
 
@@ -82,6 +83,7 @@ def build(cfg) -> Method:
 _BODY = tuple(g for g in GROUPS if g not in ("head", "other"))
 _PRESETS = [
     ("fedavg", {}, "FedAvg: local training, p_i-weighted mean of the updates"),
+    ("local_adamw", {}, "Local AdamW: fresh local AdamW every round, FedAvg of the updates (= fedavg here)"),
     ("fedprox", dict(local="prox"), "FedProx: + (mu/2)||x - x^r||^2 in the local loss"),
     ("scaffold", dict(local="scaffold"), "SCAFFOLD: control variates c - c_i on every local step"),
     ("fedavgm", dict(server="momentum"), "FedAvgM: server momentum on the mean update"),
@@ -104,6 +106,8 @@ _PRESETS = [
 ]
 for _name, _comp, _summary in _PRESETS:
     register(_name, Method, summary=_summary, **_comp)
+register("fedadamw", FedAdamW, summary="FedAdamW: local AdamW from the server's per-tensor v and step count, "
+         "pulled along the last mean update")
 register("fedtlu", FedTLU, summary="FedTLU: each round only the k highest-scoring layers train and upload")
 register("fedfrozen_tlu", FedTLU, schedule="warmup", frozen=None,
          summary="FedFrozen + FedTLU: layer selection, and Q/K frozen from round T0")

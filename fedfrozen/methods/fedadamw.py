@@ -1,0 +1,125 @@
+"""FedAdamW (Liu et al., arXiv 2510.27486; update rule confirmed from the authors' code, docs/methods.md).
+
+Local AdamW that carries state across rounds through the server and is pulled along the last round's
+mean update:
+- each round a client starts with m = 0 and v = the server's v̄, one scalar per parameter tensor (the
+  mean of v over the tensor), and the Adam step counter where the server's left it (it runs on
+  across rounds: + the round's mean number of local steps K each round);
+- every local step is AdamW with learning rate η(1 − γ) and weight decay wd/(1 − γ), followed by
+  x ← x + (γ/K)·Δ̄^{r−1}, the previous round's mean client update (zero in round 0 and after a
+  stage switch);
+- clients upload Δ_i and the per-tensor mean of v; the server sets x ← x + Δ̄ (FedAvg), averages the
+  v means with the aggregation weights, and sends x, Δ̄ and v̄ (all counted in bytes).
+`fedadamw_gamma` γ (default 0.9, the authors' language-model scripts; 0.5 in their vision script) and
+`fedadamw_server_moments` (v̄ and the counter shared; False: fresh moments each round). γ = 0 without
+server moments is Local AdamW (FedAvg with local AdamW) exactly (a test). It sets the local optimiser's
+state and adds a per-step term, so it runs on the sequential engine only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import Method
+
+__all__ = ["FedAdamW"]
+
+
+class FedAdamW(Method):
+    """FedAvg with FedAdamW's local optimiser state from the server and its pull along Δ̄^{r-1}."""
+
+    batched = False  # sets the local optimiser's state (init_client) and adds a per-step term
+
+    def setup(self, setup) -> None:
+        super().setup(setup)
+        cfg = self.cfg
+        if cfg.optimizer != "adamw":
+            raise ValueError(f"method {cfg.method!r} is local AdamW; optimizer must be 'adamw', got {cfg.optimizer!r}")
+        flat = setup.flat
+        self.flat = flat
+        self.gamma = cfg.fedadamw_gamma
+        self.shared = cfg.fedadamw_server_moments
+        names = sorted(flat.param_range, key=lambda n: flat.param_range[n][0])
+        self.tensor_of = torch.empty(flat.numel, dtype=torch.long, device=flat.data.device)
+        for i, name in enumerate(names):
+            a, b = flat.param_range[name]
+            self.tensor_of[a:b] = i
+        self.n_tensors = len(names)
+        self.tensor_size = torch.bincount(self.tensor_of, minlength=self.n_tensors).to(flat.data.dtype)
+        self.v_bar = torch.zeros(self.n_tensors, device=flat.data.device)
+        self.t = 0
+        self.delta_bar = torch.zeros_like(flat.data)
+
+    # --- per round / client -----------------------------------------------------------------
+    def begin_round(self, r: int, sampled: list[int]) -> None:
+        super().begin_round(r, sampled)
+        self.base_lr = None
+        self.v_sum = torch.zeros_like(self.v_bar)
+        self.steps_sum = 0.0
+        self.weight: dict[int, float] = {}
+
+    def _steps(self, cid: int) -> int:
+        cfg = self.cfg
+        n = len(self.s.client_train[cid])
+        return cfg.local_steps or cfg.local_epochs * math.ceil(n / min(cfg.batch_size, n))
+
+    def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
+        super().init_client(r, cid, opt, mask)
+        if self.base_lr is None:
+            self.base_lr = opt.lr  # the round's lr, set by the loop before its first client
+        opt.lr = self.base_lr * (1 - self.gamma)
+        opt.weight_decay = self.cfg.weight_decay / (1 - self.gamma)
+        if self.shared:
+            full = self.v_bar[self.tensor_of]
+            opt.v.copy_(torch.cat([full[s] for s in opt.slices]))
+            opt.t = self.t
+        pull = self.gamma / self._steps(cid)
+        opt.after_step = (lambda: self.flat.data.add_(self.delta_bar, alpha=pull)) if self.gamma else None
+        self.opt = opt
+
+    def aggregate(self, acc: torch.Tensor, cid: int, delta: torch.Tensor, weight: float) -> None:
+        super().aggregate(acc, cid, delta, weight)
+        self.weight[cid] = weight
+
+    def after_client(self, r, cid, delta, steps, lr, mask) -> None:
+        super().after_client(r, cid, delta, steps, lr, mask)
+        opt, p = self.opt, self.weight[cid]
+        full = torch.zeros_like(self.flat.data)
+        offset = 0
+        for s in opt.slices:
+            n = s.stop - s.start
+            full[s] = opt.v[offset:offset + n]
+            offset += n
+        means = torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size
+        self.v_sum.add_(means, alpha=p)
+        self.steps_sum += p * steps
+        opt.after_step = None
+
+    def server_update(self, r, x, acc, mask, sampled) -> None:
+        super().server_update(r, x, acc, mask, sampled)
+        torch.mul(acc, mask, out=self.delta_bar)  # Δ̄^r, for next round's pull
+        if self.shared:
+            trained = torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, mask) > 0
+            self.v_bar[trained] = self.v_sum[trained]  # tensors no client trained keep their v̄
+            self.t += int(round(self.steps_sum))
+
+    def on_stage_switch(self, frozen: tuple) -> None:
+        super().on_stage_switch(frozen)
+        self.delta_bar.zero_()  # the last stage's Δ̄ covers groups that are frozen now
+
+    def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
+        down, up = super().client_bytes(r, cid, payload, trainable)
+        moments = 4 * self.n_tensors if self.shared else 0  # v̄ down, the per-tensor v means up (float32)
+        return down + (payload if self.gamma else 0) + moments, up + moments
+
+    # --- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "v_bar": self.v_bar, "t": self.t, "delta_bar": self.delta_bar}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.v_bar.copy_(state["v_bar"])
+        self.t = int(state["t"])
+        self.delta_bar.copy_(state["delta_bar"])
