@@ -29,7 +29,7 @@ from .io import atomic_write, environment
 from .progress import progress_bar
 from .rng import derive_seed
 
-__all__ = ["run", "Config", "evaluate", "evaluate_round", "lr_at", "kernel_change", "kernel_changes", "prepare", "Setup",
+__all__ = ["run", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics", "prepare", "Setup",
            "save_checkpoint"]
 
 _EPS = 1e-12
@@ -226,7 +226,6 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         flat.data.copy_(x_global)
     prev_kernels = qkv.attention_kernels(model)
     groups = qkv.GROUPS
-    reported = [g for g in groups if g != "other" or flat.group_numel("other")]
 
     def configure(frozen):
         """Freeze `frozen`, rebuild the optimiser over the trainable parameters."""
@@ -328,15 +327,8 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         flat.data.copy_(x_global)
 
         row = {"round": r, "stage": stage, "lr": lr, "train_loss": train_loss, "clients": [int(c) for c in sampled]}
-        mean_sq = flat.group_sq_norms(acc)
-        for g in reported:
-            trained = g not in frozen
-            norm2 = mean_sq[g].item()
-            row[f"drift_{g}"] = max(client_sq[g].item() - norm2, 0.0) / (norm2 + _EPS) if trained else None
-            row[f"update_norm_{g}"] = math.sqrt(norm2) if trained else None
         kernels = qkv.attention_kernels(model)
-        row["kernel_change"] = _kernel_change(kernels, prev_kernels)
-        row["kernel_change_layers"] = _kernel_changes(kernels, prev_kernels)
+        row.update(round_metrics(flat, acc, client_sq, frozen, kernels, prev_kernels))
         prev_kernels = kernels
         row.update(_evaluate_round(s, r))
         row["bytes_down"], row["bytes_up"] = bytes_down, bytes_up
@@ -353,6 +345,25 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         if stop:
             break
     return hist
+
+
+def round_metrics(flat, acc, client_sq: dict, frozen, kernels, prev_kernels) -> dict:
+    """A round's model measurements for its History row: per trained group the client drift
+    (sum_i p_i ||D_i||^2 / ||sum_i p_i D_i||^2 - 1, from `client_sq` = sum_i p_i ||D_i,g||^2 and the mean
+    update `acc`) and the norm of the mean update (None for frozen groups; `other` only if the model has
+    it), and the relative kernel change, overall and per layer."""
+    row = {}
+    mean_sq = flat.group_sq_norms(acc)
+    for g in qkv.GROUPS:
+        if g == "other" and not flat.group_numel("other"):
+            continue
+        trained = g not in frozen
+        norm2 = mean_sq[g].item()
+        row[f"drift_{g}"] = max(float(client_sq[g]) - norm2, 0.0) / (norm2 + _EPS) if trained else None
+        row[f"update_norm_{g}"] = math.sqrt(norm2) if trained else None
+    row["kernel_change"] = _kernel_change(kernels, prev_kernels)
+    row["kernel_change_layers"] = _kernel_changes(kernels, prev_kernels)
+    return row
 
 
 def _resolve_engine(cfg: Config, method, model) -> bool:
@@ -434,4 +445,4 @@ def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
 
 
 # public names of the helpers other runtimes share (fedfrozen.flower): the same rows, the same schedule
-lr_at, kernel_change, kernel_changes, evaluate_round = _lr_at, _kernel_change, _kernel_changes, _evaluate_round
+lr_at, evaluate_round = _lr_at, _evaluate_round

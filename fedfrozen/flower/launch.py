@@ -10,6 +10,7 @@ SuperLink that stays up after the run; this stops it). Runtime dependency instal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -96,10 +97,8 @@ def stop(home, pids=(), timeout: float = 10.0) -> list[int]:
     targets = sorted(set(pids) | set(processes_of(home)))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in targets:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.time() + timeout
         while time.time() < deadline and any(_alive(p) for p in targets):
             time.sleep(0.2)
@@ -109,10 +108,8 @@ def stop(home, pids=(), timeout: float = 10.0) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reap our own children
-    except ChildProcessError:
-        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -198,8 +195,7 @@ def check_tls(port: int, ca) -> None:
     ctx = ssl.create_default_context(cafile=str(ca))
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-            with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
-                pass
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1").close()  # the handshake is the check
     except ssl.SSLCertVerificationError as e:
         raise RuntimeError(f"TLS refused: the SuperLink's certificate is not trusted by the root certificates "
                            f"{ca} ({e.verify_message})") from None

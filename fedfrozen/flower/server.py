@@ -84,7 +84,7 @@ class FedFrozenStrategy(FedAvg):
             if part is not None and part not in sampled:
                 record = RecordDict({"config": conf})
             else:
-                send = full if frozen_names and node not in self.received_frozen or not frozen_names else trainable
+                send = trainable if frozen_names and node in self.received_frozen else full
                 if frozen_names:
                     self.received_frozen.add(node)
                 record = RecordDict({"arrays": send, "config": conf})
@@ -93,8 +93,13 @@ class FedFrozenStrategy(FedAvg):
             messages.append(Message(content=record, message_type=MessageType.TRAIN, dst_node_id=node))
         return messages
 
-    def _nodes(self, grid: Grid) -> list[int]:
+    def _nodes(self, grid: Grid, timeout: float = 300.0) -> list[int]:
+        """The federation's node ids, once n_clients nodes are connected (a clear error after `timeout` s)."""
+        deadline = time.time() + timeout
         while len(nodes := list(grid.get_node_ids())) < self.cfg.n_clients:
+            if time.time() > deadline:
+                raise RuntimeError(f"{len(nodes)} nodes connected after {timeout:.0f} s; the config has n_clients="
+                                   f"{self.cfg.n_clients} (one node per client: num-supernodes / --node-config)")
             time.sleep(0.5)
         return sorted(nodes)
 
@@ -117,8 +122,7 @@ class FedFrozenStrategy(FedAvg):
         frozen = self.current
         trainable = [g for g in qkv.GROUPS if g not in frozen]
         mask = flat.mask(trainable)
-        groups = qkv.GROUPS
-        client_sq = {g: torch.zeros(()) for g in groups}
+        client_sq = {g: torch.zeros(()) for g in qkv.GROUPS}
         self.acc.zero_()
         total = sum(results[c][1]["num-examples"] for c in done)
         train_loss = 0.0
@@ -141,16 +145,8 @@ class FedFrozenStrategy(FedAvg):
             method.server_update(r, self.x, self.acc, mask, done)
         flat.data.copy_(self.x)
         row = {"round": r, "stage": 2 if frozen else 1, "lr": self.lr, "train_loss": train_loss if done else math.nan}
-        mean_sq = flat.group_sq_norms(self.acc)
-        for g in groups:
-            if g == "other" and not flat.group_numel("other"):
-                continue
-            norm2 = mean_sq[g].item()
-            row[f"drift_{g}"] = max(client_sq[g].item() - norm2, 0.0) / (norm2 + _EPS) if g in trainable else None
-            row[f"update_norm_{g}"] = math.sqrt(norm2) if g in trainable else None
         kernels = qkv.attention_kernels(self.s.model)
-        row["kernel_change"] = loop.kernel_change(kernels, self.prev_kernels)
-        row["kernel_change_layers"] = loop.kernel_changes(kernels, self.prev_kernels)
+        row.update(loop.round_metrics(flat, self.acc, client_sq, frozen, kernels, self.prev_kernels))
         self.prev_kernels = kernels
         row.update(loop.evaluate_round(self.s, r))
         row["bytes_down"], row["bytes_up"] = self.bytes_down, bytes_up

@@ -160,7 +160,6 @@ class HeadPruning(Method):
         super().server_update(r, x, acc, mask, sampled)
 
     def on_round_end(self, r: int, row: dict, history) -> bool | None:
-        row["clients"] = self.sampled
         row["heads_trained"] = {str(c): int((self.conf[c] > 0).sum()) for c in self.sampled}
         return super().on_round_end(r, row, history)
 
