@@ -16,7 +16,7 @@ with _warnings.catch_warnings():
     _warnings.simplefilter("ignore")
     import tqdm.auto  # noqa: E402,F401
 
-from . import data, experiments, methods, models, partition, plots, profiles, qkv, tables  # noqa: E402
+from . import data, experiments, methods, models, partition, plots, profiles, qkv, regime, tables  # noqa: E402
 from .config import Config  # noqa: E402
 from .experiments import run_many, run_or_load  # noqa: E402
 from .history import History  # noqa: E402

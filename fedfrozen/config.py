@@ -72,6 +72,9 @@ class Config:
     head_weighting: str = "confidence"  # head pruning: per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)
     fedadamw_gamma: float = 0.9        # FedAdamW: weight gamma of the pull along the last mean update (lr and wd scaled by 1 - gamma)
     fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
+    fedsteer_core: int = 10            # FedSteer: K, the clients of the core set whose cached updates span the subspace
+    fedsteer_lambda: float = 0.5       # FedSteer: ridge lambda of the subspace coordinates (> 0)
+    fedsteer_select_rounds: int = 5    # FedSteer: the core set is re-chosen at the end of the first rounds, then fixed
     scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
     server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
     server_momentum: float = 0.9       # FedAvgM beta
@@ -179,6 +182,12 @@ class Config:
         if self.freeze_schedule is not None:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
+        integer("fedsteer_core", 1)
+        if self.fedsteer_core > self.n_clients and self.method == "fedsteer":
+            raise ValueError(f"fedsteer_core ({self.fedsteer_core}) must not exceed n_clients ({self.n_clients}): "
+                             "the core set is drawn from the clients")
+        number("fedsteer_lambda", 0, lo_open=True)
+        integer("fedsteer_select_rounds", 0)
         number("fedadamw_gamma", 0, 1)
         if self.fedadamw_gamma >= 1:
             raise ValueError(f"fedadamw_gamma must be in [0, 1); got {self.fedadamw_gamma!r}")

@@ -18,7 +18,7 @@ from .partition import label_counts
 from .profiles import PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
-           "TABLE_FLOAT_FORMAT"]
+           "plot_regime_map", "TABLE_FLOAT_FORMAT"]
 
 TABLE_FLOAT_FORMAT = "%.6g"
 
@@ -105,3 +105,36 @@ def best_by(df, x: str, y: str, by: str, maximize: bool = False) -> dict:
     best = {k: sub.loc[sub[y].idxmax() if maximize else sub[y].idxmin(), x] for k, sub in means.groupby(by)}
     plain = lambda v: v.item() if hasattr(v, "item") else v  # noqa: E731  (numpy scalars print as np.int64(..))
     return {plain(k): plain(v) for k, v in best.items()}
+
+
+def plot_regime_map(table, fraction: float, ax=None, vmax: float | None = None, higher_is_better: bool = True,
+                    title: str | None = None):
+    """Heat map of one T0/T of a regime map (fedfrozen.regime.regime_map): rows (start, local epochs),
+    columns alpha, colour the gap FedFrozen - FedAvg (blue where FedFrozen is better: for a measure where
+    lower is better pass higher_is_better=False), text the gap with '*' where it is beyond the spread;
+    cells not run are grey."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 2.5))
+    sub = table[np.isclose(table["fraction"], fraction)]
+    alphas = sorted(table["alpha"].unique())
+    rows = sorted({(s, int(e)) for s, e in zip(table["start"], table["local_epochs"])}, key=lambda t: (t[0] != "scratch", t))
+    values = np.full((len(rows), len(alphas)), np.nan)
+    texts = {}
+    for _, r in sub.iterrows():
+        i, j = rows.index((r["start"], int(r["local_epochs"]))), alphas.index(r["alpha"])
+        values[i, j] = r["gap"] if higher_is_better else -r["gap"]
+        texts[i, j] = f"{r['gap']:+.3f}" + ("*" if r["verdict"] in ("better", "worse") else "")
+    finite = np.abs(values[np.isfinite(values)])
+    vmax = vmax or (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
+    cmap = plt.get_cmap("RdBu").copy()
+    cmap.set_bad("0.85")
+    ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto")
+    for (i, j), text in texts.items():
+        ax.text(j, i, text, ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(alphas)), [f"{a:g}" for a in alphas])
+    ax.set_yticks(range(len(rows)), [f"{s}, E={e}" for s, e in rows])
+    ax.set_xlabel("Dirichlet alpha")
+    ax.set_title(title or f"T0/T = {fraction:g}", fontsize=9)
+    return ax

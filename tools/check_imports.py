@@ -27,6 +27,7 @@ LAYERS = [
     ("experiments", ["experiments", "profiles"]),
     ("flower apps", ["flower"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
+    ("regime map", ["regime"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),
 ]

@@ -22,6 +22,7 @@ from .base import Method
 from .fedadamw import FedAdamW
 from .fedtlu import FedTLU
 from .head_pruning import HeadPruning
+from .stale import MIFA, FedSteer, FedVARP
 
 __all__ = ["register", "unregister", "names", "describe", "build", "composition"]
 
@@ -108,6 +109,9 @@ for _name, _comp, _summary in _PRESETS:
     register(_name, Method, summary=_summary, **_comp)
 register("fedadamw", FedAdamW, summary="FedAdamW: local AdamW from the server's per-tensor v and step count, "
          "pulled along the last mean update")
+register("mifa", MIFA, summary="MIFA: the data-weighted mean of every client's latest update, stale ones reused")
+register("fedvarp", FedVARP, summary="FedVARP: active updates corrected by their cached ones, plus the cache's mean")
+register("fedsteer", FedSteer, summary="FedSteer: FedVARP's step with the cache seen through a core set's subspace")
 register("fedtlu", FedTLU, summary="FedTLU: each round only the k highest-scoring layers train and upload")
 register("fedfrozen_tlu", FedTLU, schedule="warmup", frozen=None,
          summary="FedFrozen + FedTLU: layer selection, and Q/K frozen from round T0")

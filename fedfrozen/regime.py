@@ -1,0 +1,176 @@
+"""Where does freezing pay? The regime map of FedFrozen against FedAvg (notebook 11).
+
+A *cell* is one setting: Dirichlet heterogeneity `alpha`, local work (`local_epochs`), starting point
+(`start`: "scratch", or "warm" = the server pre-trains on a public split before round 0) and the
+warm-up length as a fraction of the rounds (`fraction` = T0 / T). Its value in a measure is FedFrozen
+minus FedAvg (same alpha, local work and start) over seeds, judged by the one rule of
+`fedfrozen.tables` (SPREAD_RULE): better, worse, or within the spread.
+
+    cells = regime.grid("coarse")                     # or "full", or regime.grid(alphas=..., ...)
+    plan = regime.plan(cells, base, seeds)            # one Config per run: FedAvg baselines + FedFrozen cells
+    runs = regime.summarise(plan, ff.run_many([p.cfg for p in plan]))
+    table = regime.regime_map(runs, "final_acc")      # one row per cell: gap, spread, verdict
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .config import Config
+from .tables import compare_runs
+from .tables import summarise as summarise_runs
+
+__all__ = ["Cell", "Run", "MEASURES", "GRIDS", "STARTS", "grid", "plan", "summarise", "regime_map", "start_fields"]
+
+# measure -> (label, higher is better)
+MEASURES = {
+    "final_acc": ("final test accuracy", True),
+    "worst10_acc": ("worst-10% client accuracy", True),
+    "stability": ("late-round instability (std of the last 3 evaluations)", False),
+}
+STARTS = ("scratch", "warm")
+
+# Warm start: 10% of the training data is the server's public split (held out from the clients in
+# both arms of a cell), and the server trains on it for this many epochs before round 0.
+WARM_START = dict(init="public", public_fraction=0.1, server_pretrain_epochs=5)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One setting of the map; `fraction` is T0 / T of the FedFrozen arm."""
+
+    alpha: float
+    local_epochs: int
+    start: str
+    fraction: float
+
+    @property
+    def baseline(self) -> tuple:
+        """What the FedAvg arm shares with this cell: (alpha, local_epochs, start)."""
+        return (self.alpha, self.local_epochs, self.start)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a plan: its Config, its arm ("fedavg" or "fedfrozen") and the cell's coordinates."""
+
+    cfg: Config
+    arm: str
+    alpha: float
+    local_epochs: int
+    start: str
+    fraction: float  # 1.0 for the FedAvg arm (T0 = T: never frozen)
+
+
+def grid(name: str | None = None, *, alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=(1, 5),
+         fractions=(0.25, 0.5, 0.75), starts=STARTS) -> list[Cell]:
+    """The cells of a named grid ("coarse", "full"), or the full product of the given axes."""
+    if name is not None:
+        if name not in GRIDS:
+            raise ValueError(f"grid must be one of {', '.join(GRIDS)}; got {name!r}")
+        return list(GRIDS[name])
+    for label, values in (("alphas", alphas), ("local_epochs", local_epochs), ("fractions", fractions),
+                          ("starts", starts)):
+        if not len(values):
+            raise ValueError(f"{label} must not be empty")
+    bad = [s for s in starts if s not in STARTS]
+    if bad:
+        raise ValueError(f"starts must be among {STARTS}; got {bad}")
+    bad = [f for f in fractions if not 0 <= f < 1]
+    if bad:
+        raise ValueError(f"fractions (T0 / T of the FedFrozen arm) must be in [0, 1); got {bad} (1.0 is FedAvg, "
+                         "the baseline every cell is compared with)")
+    bad = [a for a in alphas if not a > 0]
+    if bad:
+        raise ValueError(f"alphas must be > 0; got {bad}")
+    bad = [e for e in local_epochs if isinstance(e, bool) or not isinstance(e, int) or e < 1]
+    if bad:
+        raise ValueError(f"local_epochs must be integers >= 1; got {bad}")
+    return [Cell(float(a), int(e), s, float(f))
+            for a, e, s, f in itertools.product(alphas, local_epochs, starts, fractions)]
+
+
+GRIDS = {
+    # the cpu profile's grid (fits ~17 minutes on 2 cores at 80 rounds): both T0 at one epoch from scratch at
+    # strong and mild heterogeneity, and T0 = T/2 with heavy local work and with a warm start at alpha 0.1
+    "coarse": tuple(grid(alphas=(0.1, 1.0), local_epochs=(1,), fractions=(0.25, 0.5), starts=("scratch",)))
+    + (Cell(0.1, 5, "scratch", 0.5), Cell(0.1, 1, "warm", 0.5)),
+    "full": tuple(grid(alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=(1, 5), fractions=(0.25, 0.5, 0.75),
+                       starts=STARTS)),
+}
+
+
+def start_fields(start: str) -> dict:
+    """Config fields of a starting point."""
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}; got {start!r}")
+    return dict(WARM_START) if start == "warm" else {}
+
+
+def plan(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "fedavg", lrs: dict | None = None
+         ) -> list[Run]:
+    """The runs of a map: for each (alpha, local work, start) of `cells` the baseline over `seeds`, and
+    for each cell `method` with T0 = round(fraction * rounds). `base` holds the other Config fields
+    (a profile's, with `rounds`); `lrs` the local lr of each method (else base's lr)."""
+    cells = list(cells)
+    if not cells:
+        raise ValueError("cells must not be empty")
+    if not len(seeds):
+        raise ValueError("seeds must not be empty")
+    rounds = base.get("rounds", Config.rounds)
+    lrs = lrs or {}
+    runs = []
+    for key in dict.fromkeys(c.baseline for c in cells):
+        alpha, epochs, start = key
+        fields = {**base, "partition": "dirichlet", "alpha": alpha, "local_epochs": epochs, "local_steps": None,
+                  **start_fields(start)}
+        for s in seeds:
+            runs.append(Run(Config(**{**fields, "method": baseline, "lr": lrs.get(baseline, fields.get("lr", Config.lr)),
+                                      "seed": s}), "fedavg", alpha, epochs, start, 1.0))
+        for c in (c for c in cells if c.baseline == key):
+            for s in seeds:
+                cfg = Config(**{**fields, "method": method, "lr": lrs.get(method, fields.get("lr", Config.lr)),
+                                "seed": s, "warmup_rounds": int(round(c.fraction * rounds))})
+                runs.append(Run(cfg, "fedfrozen", alpha, epochs, start, c.fraction))
+    return runs
+
+
+def summarise(runs, hists, last: int = 3):
+    """tables.summarise of the runs (one row each) with the plan's columns: arm, start, fraction."""
+    runs = list(runs)
+    df = summarise_runs([r.cfg for r in runs], hists, last=last)
+    df["arm"] = [r.arm for r in runs]
+    df["start"] = [r.start for r in runs]
+    df["fraction"] = [r.fraction for r in runs]
+    df["T0"] = [r.cfg.warmup_rounds if r.arm == "fedfrozen" else r.cfg.rounds for r in runs]
+    return df
+
+
+def regime_map(runs, measure: str = "final_acc"):
+    """One row per cell (alpha, local_epochs, start, fraction): the FedFrozen and FedAvg means over seeds
+    in `measure`, gap = FedFrozen - FedAvg, spread (SPREAD_RULE), and verdict "better" / "worse" /
+    "within the spread" (for the stability measure, lower is better)."""
+    import pandas as pd
+
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(MEASURES)}; got {measure!r}")
+    higher = MEASURES[measure][1]
+    keys = ["alpha", "local_epochs", "start"]
+    rows = []
+    base = {k: sub for k, sub in runs[runs["arm"] == "fedavg"].groupby(keys)}
+    for (alpha, epochs, start, fraction), sub in runs[runs["arm"] == "fedfrozen"].groupby(keys + ["fraction"]):
+        ref = base.get((alpha, epochs, start))
+        if ref is None:
+            raise ValueError(f"no FedAvg runs for alpha={alpha}, local_epochs={epochs}, start={start!r}")
+        a, b = sub[measure].dropna().to_numpy(), ref[measure].dropna().to_numpy()
+        if not len(a) or not len(b):
+            c, verdict = None, "n/a"
+        else:
+            c = compare_runs(a, b)
+            verdict = "within the spread" if not c.beyond else "better" if (c.gap > 0) == higher else "worse"
+        rows.append(dict(alpha=alpha, local_epochs=epochs, start=start, fraction=fraction,
+                         fedfrozen=c.mean_a if c else float("nan"), fedavg=c.mean_b if c else float("nan"),
+                         gap=c.gap if c else float("nan"), spread=c.spread if c else float("nan"),
+                         verdict=verdict, seeds=len(a)))
+    return pd.DataFrame(rows)

@@ -1,0 +1,116 @@
+"""The regime map (fedfrozen.regime): its grids, its runs, and the verdict of each cell."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from conftest import tiny_config  # noqa: E402
+
+import fedfrozen as ff  # noqa: E402
+from fedfrozen import regime  # noqa: E402
+
+
+def test_full_grid_is_the_product_of_the_issue_axes():
+    cells = regime.grid("full")
+    assert len(cells) == 4 * 2 * 3 * 2
+    assert {c.alpha for c in cells} == {0.05, 0.1, 0.5, 1.0}
+    assert {c.local_epochs for c in cells} == {1, 5}
+    assert {c.fraction for c in cells} == {0.25, 0.5, 0.75}
+    assert {c.start for c in cells} == {"scratch", "warm"}
+
+
+def test_coarse_grid_is_a_subset_of_the_full_grid():
+    assert set(regime.grid("coarse")) <= set(regime.grid("full"))
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(fractions=(0.5, 1.0)), "fractions"), (dict(fractions=(-0.1,)), "fractions"),
+    (dict(alphas=(0.0,)), "alphas"), (dict(local_epochs=(0,)), "local_epochs"), (dict(local_epochs=(1.5,)), "local_epochs"),
+    (dict(starts=("pretrained",)), "starts"), (dict(alphas=()), "alphas"),
+])
+def test_bad_axes_are_named(kw, name):
+    with pytest.raises(ValueError, match=name):
+        regime.grid(**kw)
+
+
+def test_unknown_grid_name_is_named():
+    with pytest.raises(ValueError, match="grid must be one of coarse, full"):
+        regime.grid("huge")
+
+
+def test_plan_has_one_baseline_per_setting_and_t0_from_the_fraction():
+    cells = regime.grid(alphas=(0.1, 1.0), local_epochs=(1,), fractions=(0.25, 0.5), starts=("scratch",)) + \
+        [regime.Cell(0.1, 1, "warm", 0.5)]
+    base = dict(dataset="digits", rounds=40, eval_every=5)
+    runs = regime.plan(cells, base, seeds=[0, 1], lrs={"fedavg": 3e-2, "fedfrozen": 1e-2})
+    fedavg = [r for r in runs if r.arm == "fedavg"]
+    frozen = [r for r in runs if r.arm == "fedfrozen"]
+    assert len(fedavg) == 3 * 2 and len(frozen) == 5 * 2
+    assert {(r.alpha, r.start) for r in fedavg} == {(0.1, "scratch"), (1.0, "scratch"), (0.1, "warm")}
+    assert sorted({r.cfg.warmup_rounds for r in frozen}) == [10, 20]
+    assert all(r.cfg.method == "fedavg" and r.cfg.lr == 3e-2 for r in fedavg)
+    assert all(r.cfg.method == "fedfrozen" and r.cfg.lr == 1e-2 for r in frozen)
+    warm = [r.cfg for r in runs if r.start == "warm"]
+    assert all(c.init == "public" and c.public_fraction > 0 and c.server_pretrain_epochs >= 1 for c in warm)
+    assert all(c.init == "random" for c in (r.cfg for r in runs if r.start == "scratch"))
+    # the arms of one cell differ only in method, lr and T0
+    a = next(r.cfg for r in fedavg if r.alpha == 0.1 and r.start == "warm" and r.cfg.seed == 0)
+    b = next(r.cfg for r in frozen if r.alpha == 0.1 and r.start == "warm" and r.cfg.seed == 0)
+    diff = {k for k, v in a.to_dict().items() if b.to_dict()[k] != v}
+    assert diff <= {"method", "lr", "warmup_rounds"}
+
+
+def _runs(values_frozen, values_avg, measure="final_acc", fraction=0.5):
+    rows = [dict(arm="fedfrozen", alpha=0.1, local_epochs=1, start="scratch", fraction=fraction, **{measure: v})
+            for v in values_frozen]
+    rows += [dict(arm="fedavg", alpha=0.1, local_epochs=1, start="scratch", fraction=1.0, **{measure: v})
+             for v in values_avg]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("frozen, avg, verdict", [
+    ([0.80, 0.82, 0.84], [0.70, 0.71, 0.72], "better"),
+    ([0.60, 0.62, 0.64], [0.70, 0.71, 0.72], "worse"),
+    ([0.70, 0.75, 0.80], [0.70, 0.71, 0.72], "within the spread"),
+])
+def test_cell_verdict_follows_the_one_rule(frozen, avg, verdict):
+    row = regime.regime_map(_runs(frozen, avg)).iloc[0]
+    c = ff.tables.compare_runs(frozen, avg)
+    assert row["gap"] == pytest.approx(sum(frozen) / 3 - sum(avg) / 3)
+    assert row["spread"] == pytest.approx(c.spread)
+    assert row["verdict"] == verdict and row["seeds"] == 3
+
+
+def test_lower_is_better_for_stability():
+    table = regime.regime_map(_runs([0.001, 0.002, 0.003], [0.05, 0.06, 0.07], "stability"), "stability")
+    assert table.iloc[0]["gap"] < 0 and table.iloc[0]["verdict"] == "better"
+
+
+def test_missing_baseline_and_unknown_measure_are_named():
+    df = _runs([0.8], [0.7])
+    with pytest.raises(ValueError, match="no FedAvg runs for alpha=0.1, local_epochs=1, start='scratch'"):
+        regime.regime_map(df[df["arm"] == "fedfrozen"])
+    with pytest.raises(ValueError, match="measure must be one of"):
+        regime.regime_map(df, "accuracy")
+
+
+def test_map_end_to_end_on_a_tiny_federation(tmp_path):
+    """plan -> run_many -> summarise -> map: every cell has a row, FedFrozen's T0 is the cell's, and the heat
+    map writes one label per cell."""
+    import matplotlib.pyplot as plt
+
+    base = tiny_config(rounds=4, n_clients=4).to_dict()
+    cells = regime.grid(alphas=(0.5,), local_epochs=(1,), fractions=(0.5,), starts=("scratch", "warm"))
+    runs = regime.plan(cells, base, seeds=[0])
+    hists = ff.run_many([r.cfg for r in runs], root=tmp_path, progress=False, workers=1)
+    df = regime.summarise(runs, hists)
+    assert list(df["T0"]) == [4, 2, 4, 2]
+    stages = [[row["stage"] for row in h.rows] for h in hists]
+    assert stages == [[1, 1, 1, 1], [1, 1, 2, 2]] * 2
+    table = regime.regime_map(df, "final_acc")
+    assert len(table) == 2 and set(table["start"]) == {"scratch", "warm"}
+    ax = ff.plots.plot_regime_map(table, 0.5)
+    assert len(ax.texts) == 2
+    plt.close("all")
