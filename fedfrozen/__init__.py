@@ -23,4 +23,4 @@ from .history import History  # noqa: E402
 from .loop import run  # noqa: E402
 
 __all__ = ["Config", "History", "run", "run_or_load", "run_many", "data", "experiments", "methods", "models",
-           "partition", "plots", "profiles", "qkv", "tables", "__version__"]
+           "partition", "plots", "profiles", "qkv", "regime", "tables", "__version__"]

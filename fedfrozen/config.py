@@ -72,7 +72,7 @@ class Config:
     head_weighting: str = "confidence"  # head pruning: per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)
     fedadamw_gamma: float = 0.9        # FedAdamW: weight gamma of the pull along the last mean update (lr and wd scaled by 1 - gamma)
     fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
-    fedsteer_core: int = 10            # FedSteer: K, the clients of the core set whose cached updates span the subspace
+    fedsteer_core: int | None = None   # FedSteer: K, the clients of the core set whose cached updates span the subspace (None: min(10, N))
     fedsteer_lambda: float = 0.5       # FedSteer: ridge lambda of the subspace coordinates (> 0)
     fedsteer_select_rounds: int = 5    # FedSteer: the core set is re-chosen at the end of the first rounds, then fixed
     scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
@@ -182,8 +182,8 @@ class Config:
         if self.freeze_schedule is not None:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
-        integer("fedsteer_core", 1)
-        if self.fedsteer_core > self.n_clients and self.method == "fedsteer":
+        integer("fedsteer_core", 1, none_ok=True)
+        if self.fedsteer_core is not None and self.fedsteer_core > self.n_clients and self.method == "fedsteer":
             raise ValueError(f"fedsteer_core ({self.fedsteer_core}) must not exceed n_clients ({self.n_clients}): "
                              "the core set is drawn from the clients")
         number("fedsteer_lambda", 0, lo_open=True)

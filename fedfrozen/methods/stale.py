@@ -14,7 +14,7 @@ probability of joining a round (`participation_probabilities`) and A the round's
   Q = [H_j / K]_{j in C} holds the cached updates of a core set C of K clients and s_i are client i's
   coordinates in that subspace: for an active client the ridge solution s_i = (Q'Q + lam I)^-1 Q' u_i, an
   inactive one keeps its last s_i. The core set is chosen at the end of each of the first
-  `fedsteer_select_rounds` rounds (a seeded random start, then up to 5 best swaps minimising
+  `fedsteer_select_rounds` rounds (K = `fedsteer_core`, default min(10, N); a seeded random start, then up to 5 best swaps minimising
   sum_i (d_i^2 / p_i) ||g_i - Q_g s_i||^2 + lam_i ||s_i||^2 with lam_i = lam p_i / d_i^2, on the
   norm-normalised head vectors g_i of the cache) and fixed afterwards.
 
@@ -119,9 +119,10 @@ class FedSteer(_Cached):
     def setup(self, setup) -> None:
         super().setup(setup)
         cfg = self.cfg
-        if cfg.fedsteer_core > cfg.n_clients:
-            raise ValueError(f"fedsteer_core ({cfg.fedsteer_core}) must not exceed n_clients ({cfg.n_clients})")
-        self.K, self.lam = cfg.fedsteer_core, cfg.fedsteer_lambda
+        self.K = cfg.fedsteer_core or min(10, cfg.n_clients)
+        if self.K > cfg.n_clients:
+            raise ValueError(f"fedsteer_core ({self.K}) must not exceed n_clients ({cfg.n_clients})")
+        self.lam = cfg.fedsteer_lambda
         rng = np.random.default_rng(derive_seed(cfg.seed, 108))
         self.core = sorted(int(i) for i in rng.choice(cfg.n_clients, size=self.K, replace=False))
         self.S = torch.zeros(cfg.n_clients, self.K, device=setup.device)  # s_i: coordinates of client i
