@@ -72,6 +72,8 @@ class Config:
     head_weighting: str = "confidence"  # head pruning: per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)
     fedadamw_gamma: float = 0.9        # FedAdamW: weight gamma of the pull along the last mean update (lr and wd scaled by 1 - gamma)
     fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
+    fedact_alpha: float = 0.9          # FedACT [recon]: weight alpha of the global direction in the local step
+    fedact_tau_min: float = 0.1        # FedACT [recon]: lower clip of the coordinate trust (1: trust == 1)
     fedsteer_core: int | None = None   # FedSteer: K, the clients of the core set whose cached updates span the subspace (None: min(10, N))
     fedsteer_lambda: float = 0.5       # FedSteer: ridge lambda of the subspace coordinates (> 0)
     fedsteer_select_rounds: int = 5    # FedSteer: the core set is re-chosen at the end of the first rounds, then fixed
@@ -188,6 +190,8 @@ class Config:
                              "the core set is drawn from the clients")
         number("fedsteer_lambda", 0, lo_open=True)
         integer("fedsteer_select_rounds", 0)
+        number("fedact_alpha", 0)
+        number("fedact_tau_min", 0, 1, lo_open=True)
         number("fedadamw_gamma", 0, 1)
         if self.fedadamw_gamma >= 1:
             raise ValueError(f"fedadamw_gamma must be in [0, 1); got {self.fedadamw_gamma!r}")

@@ -113,6 +113,7 @@ class FlatOptimizer:
         self.t = 0
         self.mask: torch.Tensor | None = None
         self.after_step = None  # a method's per-step term applied to the weights after each step (FedAdamW)
+        self.step_rule = None  # a method's own update rule, rule(opt) after the counter moved (FedLADA, FedACT)
         self._decay = (None, None, None)  # (lr, mask, per-entry decay factor) of the masked AdamW path
 
     def _decay_factor(self, lr: float, wd: float) -> torch.Tensor:
@@ -129,6 +130,10 @@ class FlatOptimizer:
             self.v.zero_()
         self.t = 0
 
+    def views(self):
+        """(weights, gradient, m, v) of each slice: views into the flat buffers and the optimiser state."""
+        return self._views()
+
     def _views(self):
         offset = 0
         for s in self.slices:
@@ -140,6 +145,11 @@ class FlatOptimizer:
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
+        if self.step_rule is not None:
+            self.step_rule(self)
+            if self.after_step is not None:
+                self.after_step()
+            return
         decay = None
         if self.mask is not None and self.weight_decay:
             decay = self._decay_factor(self.lr, self.weight_decay) if self.kind == "adamw" else self.mask

@@ -20,6 +20,7 @@ from ..qkv import GROUPS
 from .afedlf import AFedLF
 from .base import Method
 from .fedadamw import FedAdamW
+from .fedlada import FedACT, FedLADA
 from .fedtlu import FedTLU
 from .head_pruning import HeadPruning
 from .stale import MIFA, FedSteer, FedVARP
@@ -109,6 +110,8 @@ for _name, _comp, _summary in _PRESETS:
     register(_name, Method, summary=_summary, **_comp)
 register("fedadamw", FedAdamW, summary="FedAdamW: local AdamW from the server's per-tensor v and step count, "
          "pulled along the last mean update")
+register("fedlada", FedLADA, summary="FedLADA: Adam with coupled decay, pulled along the last mean update; full v averaged")
+register("fedact", FedACT, summary="FedACT [recon]: FedAdamW's step scaled coordinate-wise by local/global trust")
 register("mifa", MIFA, summary="MIFA: the data-weighted mean of every client's latest update, stale ones reused")
 register("fedvarp", FedVARP, summary="FedVARP: active updates corrected by their cached ones, plus the cache's mean")
 register("fedsteer", FedSteer, summary="FedSteer: FedVARP's step with the cache seen through a core set's subspace")

@@ -1,0 +1,111 @@
+"""FedLADA and FedACT: two local optimisers of the federated-AdamW line (docs/methods.md).
+
+Both reuse FedAdamW's machinery (fedfrozen.methods.fedadamw: the server's second moments and step
+counter sent to the clients, the previous round's mean update Δ̄^{r-1} as a global direction, what is
+exchanged counted in bytes) and change the local step:
+
+- **FedLADA** (as re-implemented in the FedAdamW authors' code): Adam with *coupled* weight decay
+  (g <- g + 1e-3 x) and learning rate η(1 - γ), then x <- x + (γ/K)·Δ̄^{r-1} after every step; the
+  server averages the clients' *full per-coordinate* v (not one scalar per tensor) and sends it back,
+  so v costs one float per trainable weight each way.
+- **FedACT** [recon: the paper's text was not available]: direction d = m̂/(√v̂ + ε) + α Δ^G with the
+  global direction Δ^G = -Δ̄^{r-1}/(K η) (pointing like a gradient); a coordinate-wise trust
+  τ_j = clip(½(1 + sign(m̂_j) sign(Δ^G_j) min(1, |Δ^G_j| / (|m̂_j| + ε))), τ_min, 1), renormalised so
+  that its mean over the trained weights is 1; step x <- x - η(τ ⊙ d + λ x) (λ the weight decay). Larger
+  steps where the local and global directions agree, small non-zero ones elsewhere. Client moments as
+  FedAdamW's (per-tensor v̄ and the counter from the server). With τ_min = 1 (trust ≡ 1) it is
+  FedAdamW's corrected AdamW at learning rate η (a test).
+Sequential engine only (they set the local optimiser's rule and state).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Method
+from .fedadamw import FedAdamW
+
+__all__ = ["FedLADA", "FedACT", "LADA_COUPLED_WD"]
+
+LADA_COUPLED_WD = 1e-3  # FedLADA's coupled weight decay, as in the FedAdamW authors' re-implementation
+
+
+class FedLADA(FedAdamW):
+    """FedAdamW's pull, Adam with coupled weight decay, and the full per-coordinate v averaged on the server."""
+
+    def setup(self, setup) -> None:
+        super().setup(setup)
+        flat = setup.flat
+        # every coordinate is its own "tensor": v̄ is per coordinate
+        self.tensor_of = torch.arange(flat.numel, device=flat.data.device)
+        self.n_tensors = flat.numel
+        self.tensor_size = torch.ones(flat.numel, dtype=flat.data.dtype, device=flat.data.device)
+        self.v_bar = torch.zeros(flat.numel, device=flat.data.device)
+
+    def init_client(self, r, cid, opt, mask) -> None:
+        super().init_client(r, cid, opt, mask)
+        opt.weight_decay = 0.0
+        opt.step_rule = _adam_coupled
+
+    def after_client(self, r, cid, delta, steps, lr, mask) -> None:
+        self.opt.step_rule = None
+        super().after_client(r, cid, delta, steps, lr, mask)
+
+    def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
+        down, up = Method.client_bytes(self, r, cid, payload, trainable)  # FedAvg's: the payload each way
+        moments = payload if self.shared else 0  # the per-coordinate v of what the client trains, each way
+        return down + (payload if self.gamma else 0) + moments, up + moments
+
+
+@torch.no_grad()
+def _adam_coupled(opt) -> None:
+    """Adam with coupled weight decay (torch.optim.Adam's rule): g <- g + wd x, masked by opt.mask."""
+    b1, b2 = opt.betas
+    bc1, bc2 = 1 - b1 ** opt.t, 1 - b2 ** opt.t
+    for (p, g, m, v), s in zip(opt.views(), opt.slices):
+        g = g.add(p, alpha=LADA_COUPLED_WD) if opt.mask is None else g.addcmul(p, opt.mask[s], value=LADA_COUPLED_WD)
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        p.addcdiv_(m, (v.sqrt() / bc2 ** 0.5).add_(opt.eps), value=-opt.lr / bc1)
+
+
+class FedACT(FedAdamW):
+    """FedAdamW's moments with FedACT's trust-scaled direction [recon]."""
+
+    def init_client(self, r, cid, opt, mask) -> None:
+        super().init_client(r, cid, opt, mask)
+        opt.lr = self.base_lr  # η itself (FedAdamW scales it by 1 - γ)
+        opt.weight_decay = self.cfg.weight_decay
+        opt.after_step = None  # the global direction is inside the trust-scaled step
+        K = self._steps(cid)
+        cfg = self.cfg
+        opt.step_rule = lambda o: _act_step(o, self.delta_bar, K, cfg.fedact_alpha, cfg.fedact_tau_min)
+
+    def after_client(self, r, cid, delta, steps, lr, mask) -> None:
+        self.opt.step_rule = None
+        super().after_client(r, cid, delta, steps, lr, mask)
+
+
+@torch.no_grad()
+def _act_step(opt, delta_bar: torch.Tensor, K: int, alpha: float, tau_min: float) -> None:
+    b1, b2 = opt.betas
+    bc1, bc2 = 1 - b1 ** opt.t, 1 - b2 ** opt.t
+    parts = []
+    for (p, g, m, v), s in zip(opt.views(), opt.slices):
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        m_hat = m / bc1
+        dG = delta_bar[s] * (-1.0 / (K * opt.lr)) if opt.lr > 0 else torch.zeros_like(m)
+        d = m_hat / (v.sqrt() / bc2 ** 0.5 + opt.eps) + alpha * dG
+        agree = torch.sign(m_hat) * torch.sign(dG) * torch.minimum(torch.ones_like(dG), dG.abs() / (m_hat.abs() + opt.eps))
+        tau = (0.5 * (1 + agree)).clamp_(tau_min, 1.0)
+        trained = None if opt.mask is None else opt.mask[s]
+        parts.append((p, d, tau, trained))
+    total = sum(float(t.sum() if w is None else (t * w).sum()) for _, _, t, w in parts)
+    count = sum(t.numel() if w is None else float(w.sum()) for _, _, t, w in parts)
+    scale = count / total if total > 0 else 1.0  # mean(τ) = 1 over the trained weights
+    for p, d, tau, trained in parts:
+        step = tau.mul_(scale).mul_(d).add_(p, alpha=opt.weight_decay)
+        if trained is not None:
+            step.mul_(trained)
+        p.sub_(step, alpha=opt.lr)
