@@ -74,6 +74,8 @@ class Config:
     fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
     fedact_alpha: float = 0.9          # FedACT [recon]: weight alpha of the global direction in the local step
     fedact_tau_min: float = 0.1        # FedACT [recon]: lower clip of the coordinate trust (1: trust == 1)
+    fedslm_ranks: tuple = (8, 16, 32)  # FedSLM [recon]: ranks r_1 < ... < r_G of the client groups' truncated linear layers
+    fedslm_adapter_rank: int = 0       # FedSLM: rank of each client's adapter on its truncated base (0: no adapters)
     fedsteer_core: int | None = None   # FedSteer: K, the clients of the core set whose cached updates span the subspace (None: min(10, N))
     fedsteer_lambda: float = 0.5       # FedSteer: ridge lambda of the subspace coordinates (> 0)
     fedsteer_select_rounds: int = 5    # FedSteer: the core set is re-chosen at the end of the first rounds, then fixed
@@ -97,6 +99,7 @@ class Config:
 
     def __post_init__(self):
         self.freeze = tuple(self.freeze)
+        self.fedslm_ranks = tuple(self.fedslm_ranks)
         self.model_kwargs = dict(self.model_kwargs)
         if self.local_epochs is None and self.local_steps is None:
             self.local_epochs = 1
@@ -184,6 +187,12 @@ class Config:
         if self.freeze_schedule is not None:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
+        ranks = self.fedslm_ranks
+        if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ranks):
+            raise ValueError(f"fedslm_ranks must be a non-empty sequence of integers >= 1; got {ranks!r}")
+        if any(b <= a for a, b in zip(ranks, ranks[1:])):
+            raise ValueError(f"fedslm_ranks must be increasing (r_1 < ... < r_G); got {ranks!r}")
+        integer("fedslm_adapter_rank", 0)
         integer("fedsteer_core", 1, none_ok=True)
         if self.fedsteer_core is not None and self.fedsteer_core > self.n_clients and self.method == "fedsteer":
             raise ValueError(f"fedsteer_core ({self.fedsteer_core}) must not exceed n_clients ({self.n_clients}): "

@@ -83,6 +83,13 @@ def test_unsupported_methods_are_named_before_any_node_starts(tmp_path):
         fl.simulate(tiny_config(method="scaffold"), tmp_path / "h.json")
     with pytest.raises(ValueError, match="local objective 'feddyn'"):
         fl.check_supported(tiny_config(method="fedavg", local_objective="feddyn", server_opt="feddyn"))
+    # methods whose client-side hooks the Flower client would skip are refused, not run as FedAvg
+    for method in ("fedadamw", "fedlada", "fedact", "fedslm"):
+        with pytest.raises(ValueError, match=f"{method}.*client-side hook"):
+            fl.check_supported(tiny_config(method=method, fedslm_ranks=(4,)))
+    with pytest.raises(ValueError, match="progressive"):
+        fl.check_supported(tiny_config(method="fedfrozen_plateau", freeze_schedule="progressive"))
+    fl.check_supported(tiny_config(method="fedsteer"))   # server-side hooks only
     assert not (tmp_path / "h.json").exists()
 
 

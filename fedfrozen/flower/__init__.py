@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ..config import Config
-from ..methods import build
+from ..methods import Method, build
 
 __all__ = ["config_from_run", "check_supported", "UNSUPPORTED", "RUN_CONFIG_FIELDS", "simulate"]
 
@@ -33,6 +33,10 @@ RUN_CONFIG_FIELDS = {
     "local-epochs": "local_epochs", "local-steps": "local_steps", "batch-size": "batch_size", "lr": "lr",
     "prox-mu": "prox_mu", "seed": "seed", "dataset": "dataset", "model": "model", "eval-every": "eval_every",
 }
+
+# Method hooks that run on the client; the Flower client runs none of them (only the loop's local step with
+# the prox term and value penalty the server sends), so a method overriding one is refused.
+CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "after_client")
 
 UNSUPPORTED = {
     "scaffold": "client control variates are state kept across rounds on each client",
@@ -51,6 +55,12 @@ def check_supported(cfg: Config) -> None:
     reason = UNSUPPORTED.get(cfg.method)
     if reason is None and method.local.name in ("scaffold", "feddyn"):
         reason = f"its local objective {method.local.name!r} keeps client state across rounds"
+    overridden = [h for h in CLIENT_HOOKS if getattr(type(method), h) is not getattr(Method, h)]
+    if reason is None and overridden:
+        reason = (f"it overrides the client-side hook(s) {', '.join(overridden)}, which the Flower client does not "
+                  "run (it trains with the loop's local step only)")
+    if reason is None and method.schedule.name == "progressive":
+        reason = "the progressive schedule gives per-client layer masks (client_mask)"
     if reason:
         raise ValueError(f"method {cfg.method!r} is not supported on Flower: {reason}; run it with fedfrozen.run")
 

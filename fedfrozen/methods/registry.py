@@ -21,6 +21,7 @@ from .afedlf import AFedLF
 from .base import Method
 from .fedadamw import FedAdamW
 from .fedlada import FedACT, FedLADA
+from .fedslm import FedSLM
 from .fedtlu import FedTLU
 from .head_pruning import HeadPruning
 from .stale import MIFA, FedSteer, FedVARP
@@ -112,6 +113,7 @@ register("fedadamw", FedAdamW, summary="FedAdamW: local AdamW from the server's 
          "pulled along the last mean update")
 register("fedlada", FedLADA, summary="FedLADA: Adam with coupled decay, pulled along the last mean update; full v averaged")
 register("fedact", FedACT, summary="FedACT [recon]: FedAdamW's step scaled coordinate-wise by local/global trust")
+register("fedslm", FedSLM, summary="FedSLM [recon]: client groups hold rank-r_g SVD truncations; fused by FedAvg")
 register("mifa", MIFA, summary="MIFA: the data-weighted mean of every client's latest update, stale ones reused")
 register("fedvarp", FedVARP, summary="FedVARP: active updates corrected by their cached ones, plus the cache's mean")
 register("fedsteer", FedSteer, summary="FedSteer: FedVARP's step with the cache seen through a core set's subspace")
