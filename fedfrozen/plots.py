@@ -107,12 +107,12 @@ def best_by(df, x: str, y: str, by: str, maximize: bool = False) -> dict:
     return {plain(k): plain(v) for k, v in best.items()}
 
 
-def plot_regime_map(table, fraction: float, ax=None, vmax: float | None = None, higher_is_better: bool = True,
-                    title: str | None = None):
+def plot_regime_map(table, fraction: float, ax=None, higher_is_better: bool = True, title: str | None = None):
     """Heat map of one T0/T of a regime map (fedfrozen.regime.regime_map): rows (start, local epochs),
-    columns alpha, colour the gap FedFrozen - FedAvg (blue where FedFrozen is better: for a measure where
-    lower is better pass higher_is_better=False), text the gap with '*' where it is beyond the spread;
-    cells not run are grey."""
+    columns alpha. The colour is the gap FedFrozen - FedAvg in units of its spread (the one rule's yardstick),
+    clipped to +-2: pale within the spread (|gap| <= spread), strong beyond it; blue where FedFrozen is better
+    (for a measure where lower is better pass higher_is_better=False). The text is the gap, '*' where it is
+    beyond the spread; cells not run are grey."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -124,17 +124,17 @@ def plot_regime_map(table, fraction: float, ax=None, vmax: float | None = None, 
     texts = {}
     for _, r in sub.iterrows():
         i, j = rows.index((r["start"], int(r["local_epochs"]))), alphas.index(r["alpha"])
-        values[i, j] = r["gap"] if higher_is_better else -r["gap"]
+        z = r["gap"] / r["spread"] if r["spread"] > 0 else np.sign(r["gap"]) * 2.0
+        values[i, j] = z if higher_is_better else -z
         texts[i, j] = f"{r['gap']:+.3f}" + ("*" if r["verdict"] in ("better", "worse") else "")
-    finite = np.abs(values[np.isfinite(values)])
-    vmax = vmax or (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
     cmap = plt.get_cmap("RdBu").copy()
     cmap.set_bad("0.85")
-    ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto")
+    image = ax.imshow(np.ma.masked_invalid(np.clip(values, -2, 2)), cmap=cmap, vmin=-2, vmax=2, aspect="auto")
     for (i, j), text in texts.items():
         ax.text(j, i, text, ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(alphas)), [f"{a:g}" for a in alphas])
     ax.set_yticks(range(len(rows)), [f"{s}, E={e}" for s, e in rows])
     ax.set_xlabel("Dirichlet alpha")
     ax.set_title(title or f"T0/T = {fraction:g}", fontsize=9)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="gap / spread")
     return ax
