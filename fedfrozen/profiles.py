@@ -15,7 +15,8 @@ validation accuracy, ties to the smaller lr.
   `head_pruning` (s = 0.5): 0.275/0.472/0.556; `fedfrozen_plateau` (tau 0.01: never froze) 0.394/0.507/0.669;
   `fedfrozen_drift` (rho 1) 0.394/0.592/0.718, again at the simulator-chosen rho 4 (never froze) 0.394/0.507/0.669; `afedlf` 0.190/0.261/0.190; `fedadamw` (gamma 0.9, server moments) 0.134/0.430/0.669;
   `local_adamw` is fedavg by construction (a test), so fedavg's selection; so are `mifa`, `fedvarp` and `fedsteer` in
-  the rule's setting (every client joins every round, where they equal FedAvg: a test).
+  the rule's setting (every client joins every round, where they equal FedAvg: a test). `fedlada` 0.141/0.359/0.563,
+  `fedact` [recon] 0.197/0.099/0.106 (it barely trains at any of the three), `fedslm` (ranks 8/16/32) 0.197/0.303/0.458.
 - paper: the result of `fedfrozen select-lr --dataset cifar10` (fedfrozen.selection: the same
   rule on PAPER_LR_GRID at the paper scale, stored in results/<dataset>/paper_lr.json), else
   PAPER_DEFAULT_LR for every method. Digits-selected rates are never used at the paper scale.
@@ -39,6 +40,7 @@ SELECTED_LR = {
     "freeze_attn": 3e-2, "freeze_body": 3e-3, "freeze_kernel_at_init": 1e-2, "freeze_v": 3e-2, "scaffold": 3e-2,
     "fedtlu": 3e-2, "fedfrozen_tlu": 3e-2, "head_pruning": 3e-2, "fedfrozen_plateau": 3e-2, "fedfrozen_drift": 3e-2,
     "fedadamw": 3e-2, "local_adamw": 3e-2, "mifa": 3e-2, "fedvarp": 3e-2, "fedsteer": 3e-2,
+    "fedlada": 3e-2, "fedact": 3e-3, "fedslm": 3e-2,
     "afedlf": 1e-2,
 }
 PAPER_DATASETS = ("cifar10", "cifar100")

@@ -71,8 +71,12 @@ def test_bytes_per_group_and_against_fedavg():
     layers = fedslm.body_linears(s.model, s.flat)
     linear = sum(m * n for _, _, m, n in layers)
     other = (s.flat.numel - linear) * 4
-    assert held == [other + 4 * r * sum(m + n for _, _, m, n in layers) for r in (2, 8)]
+    assert held == [other + 4 * sum(min(r * (m + n), m * n) for _, _, m, n in layers) for r in (2, 8)]
     assert held[0] < held[1] < s.flat.numel * 4
+    # at rank >= mn/(m+n) a layer is held dense: full rank costs what FedAvg's model costs
+    m = ff.methods.build(cfg.replace(fedslm_ranks=(16,)))
+    m.setup(s)
+    assert m.held_bytes(0) == s.flat.numel * 4
     assert hist.rows[0]["bytes_up"] == 3 * held[0] + 3 * held[1]   # 3 clients per group, no adapters
     assert hist.rows[0]["bytes_up"] < avg.rows[0]["bytes_up"]
 

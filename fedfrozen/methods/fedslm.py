@@ -13,8 +13,8 @@ groups' subspaces are nested: all truncate the same SVD) and the other parameter
   kept as a rank-a adapter: W_i = W_g + [W_i - W_g]_a (the best rank-a approximation of what it learned).
 Aggregation is FedAvg's data-weighted mean of the client models, which is within-group averaging of the
 adapters followed by the data-weighted fusion of the groups' reconstructions W_g + ΔW_g.
-Bytes: a client receives and holds the factors of its rank (r_g (m + n) floats per m x n layer) and every
-other parameter; it sends its factors (no adapters) or its adapters (a (m + n) per layer) and the other
+Bytes: a client receives and holds the factors of its rank (r_g (m + n) floats per m x n layer, or the
+m n of the dense layer where that is fewer) and every other parameter; it sends its factors (no adapters) or its adapters (a (m + n) per layer) and the other
 trained parameters. Each row records the parameter bytes a client of each group holds (`client_bytes_by_group`).
 With every rank = full and no adapters it is FedAvg up to float rounding (a test). The optional
 weak-to-strong distillation on a public split is not implemented. Sequential engine only (each client
@@ -78,8 +78,9 @@ class FedSLM(Method):
         es = setup.flat.element_size
         linear = sum(m * n for _, _, m, n in self.layers)
         self.other_bytes = (setup.flat.numel - linear) * es
-        self.factor_bytes = [sum(r * (m + n) for _, _, m, n in self.layers) * es for r in self.ranks]
-        self.adapter_bytes = sum(self.adapter * (m + n) for _, _, m, n in self.layers) * es
+        # a layer is held as its factors, or dense where that is smaller (rank >= mn / (m + n))
+        self.factor_bytes = [sum(min(r * (m + n), m * n) for _, _, m, n in self.layers) * es for r in self.ranks]
+        self.adapter_bytes = sum(min(self.adapter * (m + n), m * n) for _, _, m, n in self.layers) * es
 
     def group_of(self, cid: int) -> int:
         return int(self.group[cid])
