@@ -74,7 +74,7 @@ class Config:
     fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
     fedact_alpha: float = 0.9          # FedACT [recon]: weight alpha of the global direction in the local step
     fedact_tau_min: float = 0.1        # FedACT [recon]: lower clip of the coordinate trust (1: trust == 1)
-    fedslm_ranks: tuple = (8, 16, 32)  # FedSLM [recon]: ranks r_1 < ... < r_G of the client groups' truncated linear layers
+    fedslm_ranks: tuple = ()           # FedSLM [recon]: ranks r_1 < ... < r_G of the groups' truncated linear layers; () = 1/6, 1/3, 2/3 of the smallest layer (8, 16, 32 on vit_digits)
     fedslm_adapter_rank: int = 0       # FedSLM: rank of each client's adapter on its truncated base (0: no adapters)
     fedsteer_core: int | None = None   # FedSteer: K, the clients of the core set whose cached updates span the subspace (None: min(10, N))
     fedsteer_lambda: float = 0.5       # FedSteer: ridge lambda of the subspace coordinates (> 0)
@@ -188,8 +188,8 @@ class Config:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
         ranks = self.fedslm_ranks
-        if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ranks):
-            raise ValueError(f"fedslm_ranks must be a non-empty sequence of integers >= 1; got {ranks!r}")
+        if any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ranks):
+            raise ValueError(f"fedslm_ranks must be integers >= 1 (or empty: the default ranks); got {ranks!r}")
         if any(b <= a for a, b in zip(ranks, ranks[1:])):
             raise ValueError(f"fedslm_ranks must be increasing (r_1 < ... < r_G); got {ranks!r}")
         integer("fedslm_adapter_rank", 0)

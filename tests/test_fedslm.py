@@ -86,8 +86,8 @@ def test_bad_ranks_are_named_before_training():
         tiny_config(method="fedslm", fedslm_ranks=(8, 4))
     with pytest.raises(ValueError, match="fedslm_ranks must be increasing"):
         tiny_config(method="fedslm", fedslm_ranks=(4, 4))
-    with pytest.raises(ValueError, match="fedslm_ranks must be a non-empty"):
-        tiny_config(method="fedslm", fedslm_ranks=())
+    with pytest.raises(ValueError, match="fedslm_ranks must be integers"):
+        tiny_config(method="fedslm", fedslm_ranks=(0, 4))
     with pytest.raises(ValueError, match="exceeds the smallest linear layer"):
         ff.run(tiny_config(method="fedslm", fedslm_ranks=(4, 17)), progress=False)
     with pytest.raises(ValueError, match="fedslm_adapter_rank"):
@@ -103,3 +103,11 @@ def test_resume_equals_uninterrupted(tmp_path):
     ff.run(cfg, callbacks=[lambda r, row, h: r == 1], checkpoint=ckpt, progress=False)
     strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h.rows]  # noqa: E731
     assert strip(ff.run(cfg, resume_from=ckpt, progress=False)) == strip(full)
+
+
+def test_default_ranks_follow_the_model():
+    assert fedslm.default_ranks(48) == (8, 16, 32)      # vit_digits
+    assert fedslm.default_ranks(16) == (3, 5, 11)       # the tiny test model
+    assert fedslm.default_ranks(2) == (1,)
+    cfg, s, m = _method()
+    assert m.ranks == (3, 5, 11)

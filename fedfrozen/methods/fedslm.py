@@ -2,7 +2,7 @@
 
 **[recon]**: the paper's text was not available; this follows the rule reconstructed from its abstract.
 Clients fall into G groups (seeded, round-robin over a permutation) with ranks r_1 < ... < r_G
-(`fedslm_ranks`). Every linear layer of the transformer body (q, k, v, the attention projection, the MLP;
+(`fedslm_ranks`; by default 1/6, 1/3 and 2/3 of the smallest body layer: 8, 16, 32 on vit_digits). Every linear layer of the transformer body (q, k, v, the attention projection, the MLP;
 not the classifier head, whose 10 outputs would cap every rank) is W = U S V' on the server, computed once
 per round; a client of group g starts the round from the rank-r_g truncation W_g of every such layer (the
 groups' subspaces are nested: all truncate the same SVD) and the other parameters as they are.
@@ -30,7 +30,7 @@ from torch import nn
 from ..rng import derive_seed
 from .base import Method
 
-__all__ = ["FedSLM", "body_linears"]
+__all__ = ["FedSLM", "body_linears", "default_ranks"]
 
 
 def body_linears(model: nn.Module, flat) -> list[tuple[str, int, int, int]]:
@@ -42,6 +42,16 @@ def body_linears(model: nn.Module, flat) -> list[tuple[str, int, int, int]]:
             a, b = flat.param_range[key]
             out.append((key, a, *m.weight.shape))
     return out
+
+
+def default_ranks(width: int) -> tuple:
+    """1/6, 1/3 and 2/3 of the smallest layer's size (8, 16, 32 for vit_digits' 48), increasing, at least 1."""
+    ranks = []
+    for f in (1 / 6, 1 / 3, 2 / 3):
+        r = max(1, round(f * width))
+        if not ranks or r > ranks[-1]:
+            ranks.append(r)
+    return tuple(ranks)
 
 
 def truncate(w: torch.Tensor, rank: int) -> torch.Tensor:
@@ -58,12 +68,12 @@ class FedSLM(Method):
     def setup(self, setup) -> None:
         super().setup(setup)
         cfg = self.cfg
-        self.ranks = tuple(int(r) for r in cfg.fedslm_ranks)
         self.adapter = cfg.fedslm_adapter_rank
         self.layers = body_linears(setup.model, setup.flat)
         if not self.layers:
             raise ValueError(f"method 'fedslm' needs linear layers in the model's body; {cfg.model!r} has none")
         smallest = min(min(m, n) for _, _, m, n in self.layers)
+        self.ranks = tuple(int(r) for r in cfg.fedslm_ranks) or default_ranks(smallest)
         if self.ranks[-1] > smallest:
             raise ValueError(f"fedslm_ranks {self.ranks}: a rank exceeds the smallest linear layer of the body "
                              f"(min(rows, cols) = {smallest})")
