@@ -68,6 +68,15 @@ def test_partial_participation_by_partition_id(tmp_path):
     assert hf.rows[0]["bytes_down"] == 2 * hl.rows[0]["bytes_down"]  # round 0: every node gets the model
 
 
+def test_stale_update_methods_run_on_flower(tmp_path):
+    """FedSteer keeps its caches on the server only: under partial participation Flower equals the loop."""
+    cfg = tiny_config(method="fedsteer", n_clients=4, clients_per_round=2, rounds=4, fedsteer_core=2)
+    hf, hl = flower_history(cfg, tmp_path), ff.run(cfg, progress=False)
+    assert [r["test_acc"] for r in hf.rows] == pytest.approx([r["test_acc"] for r in hl.rows], abs=1e-6)
+    assert [r["server_cache_bytes"] for r in hf.rows] == [r["server_cache_bytes"] for r in hl.rows]
+    assert [r["core_set"] for r in hf.rows] == [r["core_set"] for r in hl.rows]
+
+
 def test_a_failing_client_does_not_stop_the_run(tmp_path):
     cfg = tiny_config(method="fedavg", n_clients=3, rounds=2)
     hist = flower_history(cfg, tmp_path, fail="1:2")  # client 2 raises in round 1
