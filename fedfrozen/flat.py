@@ -132,9 +132,6 @@ class FlatOptimizer:
 
     def views(self):
         """(weights, gradient, m, v) of each slice: views into the flat buffers and the optimiser state."""
-        return self._views()
-
-    def _views(self):
         offset = 0
         for s in self.slices:
             n = s.stop - s.start
@@ -153,7 +150,7 @@ class FlatOptimizer:
         decay = None
         if self.mask is not None and self.weight_decay:
             decay = self._decay_factor(self.lr, self.weight_decay) if self.kind == "adamw" else self.mask
-        for s, (p, g, m, v) in zip(self.slices, self._views()):
+        for s, (p, g, m, v) in zip(self.slices, self.views()):
             d = None if decay is None else decay[s]
             if self.kind == "adamw":
                 adamw_step(p, g, m, v, self.t, self.lr, self.weight_decay, self.betas, self.eps, d)

@@ -33,3 +33,10 @@ def setups(monkeypatch):
 
     monkeypatch.setattr(loop, "prepare", spy)
     return built
+
+
+def resumed(cfg, tmp_path, stop_after: int = 1):
+    """The History of `cfg` stopped by a callback after round `stop_after` (checkpointed), then resumed."""
+    ckpt = tmp_path / "resume.pt"
+    ff.run(cfg, callbacks=[lambda r, row, h: r == stop_after], checkpoint=ckpt, progress=False)
+    return ff.run(cfg, resume_from=ckpt, progress=False)

@@ -3,7 +3,7 @@ last mean update (fedfrozen/methods/fedadamw.py)."""
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import resumed, tiny_config
 
 import fedfrozen as ff
 from fedfrozen.methods.fedadamw import FedAdamW
@@ -54,10 +54,7 @@ def test_exchange_counts_the_moments_and_the_mean_update():
 
 def test_resume_equals_uninterrupted(tmp_path):
     cfg = tiny_config(method="fedadamw", rounds=4)
-    full = ff.run(cfg, progress=False)
-    ckpt = tmp_path / "c.pt"
-    ff.run(cfg, callbacks=[lambda r, row, h: r == 1], checkpoint=ckpt, progress=False)
-    assert rows(ff.run(cfg, resume_from=ckpt, progress=False)) == rows(full)
+    assert resumed(cfg, tmp_path).same_as(ff.run(cfg, progress=False))
 
 
 def test_bad_input_and_engine():

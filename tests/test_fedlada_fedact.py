@@ -2,17 +2,13 @@
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import resumed, tiny_config
 
 import fedfrozen as ff
 from fedfrozen.flat import FlatOptimizer, FlatParams
 from fedfrozen.methods import fedlada
 
 BASE = dict(n_clients=4, rounds=3, lr=1e-2)
-
-
-def rows(hist):
-    return [{k: v for k, v in r.items() if k != "seconds"} for r in hist.rows]
 
 
 def _flat(seed=0):
@@ -111,10 +107,7 @@ def test_fedlada_server_v_is_the_clients_per_coordinate_v():
 @pytest.mark.parametrize("method", ["fedact", "fedlada"])
 def test_resume_equals_uninterrupted(method, tmp_path):
     cfg = tiny_config(**{**BASE, "rounds": 4}, method=method)
-    full = ff.run(cfg, progress=False)
-    ckpt = tmp_path / "c.pt"
-    ff.run(cfg, callbacks=[lambda r, row, h: r == 1], checkpoint=ckpt, progress=False)
-    assert rows(ff.run(cfg, resume_from=ckpt, progress=False)) == rows(full)
+    assert resumed(cfg, tmp_path).same_as(ff.run(cfg, progress=False))
 
 
 def test_bad_input_and_engine():

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import resumed, tiny_config
 
 import fedfrozen as ff
 from fedfrozen.methods import fedslm
@@ -98,11 +98,7 @@ def test_bad_ranks_are_named_before_training():
 
 def test_resume_equals_uninterrupted(tmp_path):
     cfg = tiny_config(**{**BASE, "rounds": 4}, method="fedslm", fedslm_ranks=(4, 8), fedslm_adapter_rank=2)
-    full = ff.run(cfg, progress=False)
-    ckpt = tmp_path / "c.pt"
-    ff.run(cfg, callbacks=[lambda r, row, h: r == 1], checkpoint=ckpt, progress=False)
-    strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h.rows]  # noqa: E731
-    assert strip(ff.run(cfg, resume_from=ckpt, progress=False)) == strip(full)
+    assert resumed(cfg, tmp_path).same_as(ff.run(cfg, progress=False))
 
 
 def test_default_ranks_follow_the_model():

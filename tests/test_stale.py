@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import resumed, tiny_config
 
 import fedfrozen as ff
 from fedfrozen import loop
@@ -13,11 +13,6 @@ from fedfrozen.methods.base import participation_probabilities
 STALE = ("mifa", "fedvarp", "fedsteer")
 # Dirichlet alpha 0.3 over 6 clients: unequal sizes, so data shares differ from 1/N
 SGD = dict(n_clients=6, alpha=0.3, rounds=3, optimizer="sgd", lr=0.05, fedsteer_core=3)
-
-
-def rows(hist):
-    return [{k: v for k, v in r.items() if k not in ("seconds", "server_cache_bytes", "cached_clients", "core_set")}
-            for r in hist.rows]
 
 
 @pytest.mark.parametrize("method", STALE)
@@ -132,10 +127,7 @@ def test_partial_participation_reuses_the_cache_and_reports_its_memory():
 def test_resume_equals_uninterrupted(method, tmp_path):
     cfg = tiny_config(method=method, n_clients=10, rounds=6, participation="skewed", participation_rate=0.3,
                       participation_skew=1.0, fedsteer_core=3)
-    full = ff.run(cfg, progress=False)
-    ckpt = tmp_path / "c.pt"
-    ff.run(cfg, callbacks=[lambda r, row, h: r == 2], checkpoint=ckpt, progress=False)
-    assert rows(ff.run(cfg, resume_from=ckpt, progress=False)) == rows(full)
+    assert resumed(cfg, tmp_path, stop_after=2).same_as(ff.run(cfg, progress=False))
 
 
 def test_batched_engine_runs_them():

@@ -95,7 +95,7 @@ class FedAdamW(Method):
         means = torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size
         self.v_sum.add_(means, alpha=p)
         self.steps_sum += p * steps
-        opt.after_step = None
+        opt.after_step = opt.step_rule = None  # (step_rule: FedLADA's and FedACT's local steps)
 
     def server_update(self, r, x, acc, mask, sampled) -> None:
         super().server_update(r, x, acc, mask, sampled)

@@ -47,10 +47,6 @@ class FedLADA(FedAdamW):
         opt.weight_decay = 0.0
         opt.step_rule = _adam_coupled
 
-    def after_client(self, r, cid, delta, steps, lr, mask) -> None:
-        self.opt.step_rule = None
-        super().after_client(r, cid, delta, steps, lr, mask)
-
     def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
         down, up = Method.client_bytes(self, r, cid, payload, trainable)  # FedAvg's: the payload each way
         moments = payload if self.shared else 0  # the per-coordinate v of what the client trains, each way
@@ -80,10 +76,6 @@ class FedACT(FedAdamW):
         K = self._steps(cid)
         cfg = self.cfg
         opt.step_rule = lambda o: _act_step(o, self.delta_bar, K, cfg.fedact_alpha, cfg.fedact_tau_min)
-
-    def after_client(self, r, cid, delta, steps, lr, mask) -> None:
-        self.opt.step_rule = None
-        super().after_client(r, cid, delta, steps, lr, mask)
 
 
 @torch.no_grad()

@@ -35,8 +35,9 @@ from .base import Method, participation_probabilities
 __all__ = ["MIFA", "FedVARP", "FedSteer"]
 
 
-class _Cached(Method):
-    """The server cache of the latest update of every client, and the round's fresh updates."""
+class MIFA(Method):
+    """MIFA: the data-weighted mean of every client's latest update. Holds the server cache (the latest update
+    of every client) and the round's fresh updates, which FedVARP and FedSteer reuse with their own `direction`."""
 
     def setup(self, setup) -> None:
         super().setup(setup)
@@ -61,14 +62,16 @@ class _Cached(Method):
         super().on_stage_switch(frozen)
         self._masked = False  # cached entries of newly frozen groups are dropped at the next server step
 
-    def direction(self, r: int, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def direction(self, r: int) -> torch.Tensor:
+        """The update the server applies this round (then the cache holds the fresh updates)."""
+        self._store_fresh()
+        return self.d @ self.H
 
     def server_update(self, r, x, acc, mask, sampled) -> None:
         if not self._masked:
             self.H.mul_(mask)
             self._masked = True
-        acc.copy_(self.direction(r, mask))
+        acc.copy_(self.direction(r))
         super().server_update(r, x, acc, mask, sampled)
 
     def _store_fresh(self) -> None:
@@ -94,18 +97,10 @@ class _Cached(Method):
         self._masked = bool(state["masked"])
 
 
-class MIFA(_Cached):
-    """MIFA: the data-weighted mean of every client's latest update."""
-
-    def direction(self, r: int, mask: torch.Tensor) -> torch.Tensor:
-        self._store_fresh()
-        return self.d @ self.H
-
-
-class FedVARP(_Cached):
+class FedVARP(MIFA):
     """FedVARP: fresh updates corrected by their cached ones, plus the mean of the cache."""
 
-    def direction(self, r: int, mask: torch.Tensor) -> torch.Tensor:
+    def direction(self, r: int) -> torch.Tensor:
         out = self.d @ self.H
         for cid, u in self.fresh.items():
             out.add_(u - self.H[cid], alpha=float(self.d[cid] / self.p[cid]))
@@ -113,15 +108,13 @@ class FedVARP(_Cached):
         return out
 
 
-class FedSteer(_Cached):
+class FedSteer(MIFA):
     """FedSteer: FedVARP's step, the cache seen through the subspace of a core set of clients."""
 
     def setup(self, setup) -> None:
         super().setup(setup)
         cfg = self.cfg
-        self.K = cfg.fedsteer_core or min(10, cfg.n_clients)
-        if self.K > cfg.n_clients:
-            raise ValueError(f"fedsteer_core ({self.K}) must not exceed n_clients ({cfg.n_clients})")
+        self.K = cfg.fedsteer_core or min(10, cfg.n_clients)  # Config refuses a core larger than n_clients
         self.lam = cfg.fedsteer_lambda
         rng = np.random.default_rng(derive_seed(cfg.seed, 108))
         self.core = sorted(int(i) for i in rng.choice(cfg.n_clients, size=self.K, replace=False))
@@ -131,43 +124,49 @@ class FedSteer(_Cached):
     def _Q(self) -> torch.Tensor:
         return self.H[self.core].T / self.K  # (numel, K)
 
-    def direction(self, r: int, mask: torch.Tensor) -> torch.Tensor:
+    def direction(self, r: int) -> torch.Tensor:
         Q = self._Q()
-        if self.fresh:
-            ids = list(self.fresh)
+        ids = list(self.fresh)
+        if ids:
             U = torch.stack([self.fresh[i] for i in ids], dim=1)  # (numel, |A|)
             G = Q.T @ Q + self.lam * torch.eye(self.K, device=Q.device, dtype=Q.dtype)
             self.S[ids] = torch.linalg.solve(G, Q.T @ U).T
         out = Q @ (self.d @ self.S)  # sum_i d_i h_i with h_i = Q s_i
-        for cid, u in self.fresh.items():
-            out.add_(u - Q @ self.S[cid], alpha=float(self.d[cid] / self.p[cid]))
+        if ids:  # + sum_{i in A} (d_i / p_i)(u_i - h_i)
+            out.add_((U - Q @ self.S[ids].T) @ (self.d[ids] / self.p[ids]))
         self._store_fresh()
         if r < self.cfg.fedsteer_select_rounds:
             self.core = self.select_core(r)
         return out
 
     # --- core set ---------------------------------------------------------------------------
-    def core_objective(self, core) -> float:
+    def _core_inputs(self):
+        """What every candidate core set is scored on: the norm-normalised head vectors of the cache (all clients,
+        to build Q_g from; and those seen so far, the scored ones), w_i = d_i^2 / p_i and lam_i = lam p_i / d_i^2."""
+        g_all = self.H[:, self.head]
+        g_all = g_all / g_all.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        seen = self.seen.to(g_all.device)
+        w, lam_i = self.d ** 2 / self.p, self.lam * self.p / self.d ** 2
+        return g_all, g_all[seen], w[seen], lam_i[seen]
+
+    def core_objective(self, core, inputs=None) -> float:
         """sum_i (d_i^2/p_i) ||g_i - Q_g s_i||^2 + lam_i ||s_i||^2 (lam_i = lam p_i / d_i^2), s_i its minimiser, on the
-        norm-normalised head vectors g_i of the cache; clients never seen are left out."""
-        g = self.H[:, self.head]
-        g = g / g.norm(dim=1, keepdim=True).clamp_min(1e-12)
-        seen = self.seen.to(g.device)
-        w = self.d ** 2 / self.p
-        lam_i = self.lam * self.p / self.d ** 2
-        Qg = g[list(core)].T  # (h, K)
+        norm-normalised head vectors g_i of the cache; clients never seen are left out. `inputs`: _core_inputs(),
+        computed once for all the candidates of a selection."""
+        g_all, g, w, lam_i = inputs or self._core_inputs()
+        Qg = g_all[list(core)].T  # (h, K)
         eye = torch.eye(len(core), device=g.device, dtype=g.dtype)
         # s_i minimises w_i ||g_i - Qg s||^2 + lam_i ||s||^2: a ridge solve with coefficient lam_i / w_i
         s = torch.linalg.solve((Qg.T @ Qg)[None] + (lam_i / w)[:, None, None] * eye, (g @ Qg)[..., None])[..., 0]
-        per = w * ((g - s @ Qg.T) ** 2).sum(1) + lam_i * (s ** 2).sum(1)
-        return float(per[seen].sum())
+        return float((w * ((g - s @ Qg.T) ** 2).sum(1) + lam_i * (s ** 2).sum(1)).sum())
 
     def select_core(self, r: int, swaps: int = 5) -> list[int]:
         """A seeded random core set, improved by up to `swaps` best single swaps (member out, non-member in)."""
         n = self.cfg.n_clients
         rng = np.random.default_rng(derive_seed(self.cfg.seed, r, 109))
         core = sorted(int(i) for i in rng.choice(n, size=self.K, replace=False))
-        best = self.core_objective(core)
+        inputs = self._core_inputs()
+        best = self.core_objective(core, inputs)
         for _ in range(swaps):
             move = None
             for out_pos in range(self.K):
@@ -175,7 +174,7 @@ class FedSteer(_Cached):
                     if cand in core:
                         continue
                     trial = sorted(core[:out_pos] + [cand] + core[out_pos + 1:])
-                    value = self.core_objective(trial)
+                    value = self.core_objective(trial, inputs)
                     if value < best - 1e-12:
                         best, move = value, trial
             if move is None:
