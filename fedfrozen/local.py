@@ -63,19 +63,22 @@ def grad_terms(g, x, *, anchor=None, anchor_coeff=0.0, correction=None, value_l2
 
     anchor_coeff * (x - anchor) (FedProx mu / FedDyn alpha), a constant `correction` (SCAFFOLD
     c - c_i, FedDyn -h_i), the value penalty on the slice `vs` (ridge: lambda x, prox:
-    lambda (x - anchor)); then the client `mask` zeroes the gradient elsewhere and `clip` scales
-    it to norm at most clip. Works on one client's vector or on stacked rows (clients, entries),
-    one norm per row; `extra_sq` adds a constant squared norm per row (the frozen entries' terms,
-    which the batched engine keeps apart).
+    lambda (x - anchor)), each added as one term so that it is exactly zero where it vanishes; then
+    the client `mask` zeroes the gradient elsewhere and `clip` scales it to norm at most clip. Works
+    on one client's vector or on stacked rows (clients, entries), one norm per row; `extra_sq` adds
+    a constant squared norm per row (the frozen entries' terms, which the batched engine keeps apart).
     """
+    # every pull term is one rounding of coeff * (x - anchor): x - anchor is exactly 0 at the anchor, so the
+    # term vanishes there bit for bit (adding coeff*x and then subtracting coeff*anchor leaves a residue of
+    # ~1e-8 that AdamW normalises into steps of +-lr on coordinates whose true gradient is 0)
+    pull = value_l2 and vs is not None and value_mode == "prox"
+    diff = x - anchor if anchor_coeff or pull else None
     if anchor_coeff:
-        g.add_(x, alpha=anchor_coeff).sub_(anchor, alpha=anchor_coeff)
+        g.add_(diff, alpha=anchor_coeff)
     if correction is not None:
         g.add_(correction)
     if value_l2 and vs is not None:
-        g[..., vs].add_(x[..., vs], alpha=value_l2)
-        if value_mode == "prox":
-            g[..., vs].sub_(anchor[..., vs], alpha=value_l2)
+        g[..., vs].add_(diff[..., vs] if pull else x[..., vs], alpha=value_l2)
     if mask is not None:
         g.mul_(mask)
     if clip:
