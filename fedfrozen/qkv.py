@@ -1,10 +1,12 @@
 """QK/V splitter: re-parameterise attention into a query/key block and a value block.
 
-timm fuses Q, K and V into one `qkv` Linear(dim, 3*dim) (rows [0:d] Q, [d:2d] K, [2d:3d] V),
-so `requires_grad` cannot freeze Q/K alone, and masking gradients is fragile (weight decay and
-momentum still move masked rows). `split_qkv` replaces the fused projection by `SplitQKV`, which
-holds separate `q`, `k`, `v` Linears and returns their concatenation: the attention module's
-own forward is unchanged and its output identical. `nn.MultiheadAttention` is replaced by
+timm fuses Q, K and V into one projection (`qkv`, or `kv` beside a separate `q`), so
+`requires_grad` cannot freeze Q/K alone, and masking gradients is fragile (weight decay and
+momentum still move masked rows). Which rows are Q, K and V depends on how the module's forward
+reshapes them, so `split_qkv` reads each attention class's layout from fedfrozen.layouts (and
+refuses a class it does not know) and replaces the fused projection by `SplitQKV`, which holds
+separate `q`, `k`, `v` Linears and returns their rows in the module's order: the attention
+module's own forward is unchanged and its output identical. `nn.MultiheadAttention` is replaced by
 `SplitMultiheadAttention` likewise. Then the parameters fall into groups (`param_groups`):
 `qk` fixes the attention kernel K = W_Q W_K^T (paper, Sec. 3), `v` is the value block.
 """
@@ -15,9 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .layouts import PROJECTION_NAMES, Layout, Refused, class_path, lookup
+
 __all__ = ["SplitQKV", "SplitMultiheadAttention", "split_qkv", "merge_qkv", "param_groups",
            "group_sizes", "freeze", "unfreeze", "trainable_state", "load_trainable",
-           "attention_kernels", "GROUPS"]
+           "attention_kernels", "attention_modules", "GROUPS"]
 
 GROUPS = ("qk", "v", "attn_out", "mlp", "norm", "embed", "head", "other")
 # "other": parameters no rule recognises (e.g. a model family's own local mixing layers); they train
@@ -25,67 +29,127 @@ GROUPS = ("qk", "v", "attn_out", "mlp", "norm", "embed", "head", "other")
 
 
 class SplitQKV(nn.Module):
-    """Drop-in for a fused qkv Linear: separate q, k, v Linears, outputs concatenated."""
+    """Drop-in for a fused projection: separate q, k, v Linears whose outputs, put back in the module's
+    own row order, are the fused output.
 
-    def __init__(self, q: nn.Linear, k: nn.Linear, v: nn.Linear, num_heads: int | None = None):
+    `q`, `k`, `v` hold the rows of each role, head after head (a K/V-only projection has no `q`);
+    `order` (None where the parts simply follow each other) puts the concatenated rows back in the
+    fused order; `conv` marks a 1x1 Conv2d projection. `rows[role]` are the fused rows of each part.
+    """
+
+    def __init__(self, q: nn.Linear | None, k: nn.Linear, v: nn.Linear, num_heads: int | None = None,
+                 order: torch.Tensor | None = None, conv: bool = False, token_kernel: bool = True, rows=None):
         super().__init__()
         self.q, self.k, self.v = q, k, v
-        self.num_heads = num_heads
+        self.num_heads, self.conv, self.token_kernel = num_heads, conv, token_kernel
+        self.register_buffer("order", order, persistent=False)
+        self.rows = rows
 
     @classmethod
-    def from_fused(cls, fused: nn.Linear, num_heads: int | None = None) -> "SplitQKV":
-        out3, dim = fused.weight.shape
-        if out3 % 3:
-            raise ValueError(f"fused qkv has {out3} output rows, not a multiple of 3")
-        d = out3 // 3
-        kw = dict(device=fused.weight.device, dtype=fused.weight.dtype)
-        parts = [nn.Linear(dim, d, bias=fused.bias is not None, **kw) for _ in range(3)]
-        with torch.no_grad():
-            for i, lin in enumerate(parts):
-                lin.weight.copy_(fused.weight[i * d:(i + 1) * d])
+    def from_fused(cls, fused: nn.Module, layout: Layout | None = None, module: nn.Module | None = None,
+                   num_heads: int | None = None) -> "SplitQKV":
+        """Split `fused` (a Linear or a 1x1 Conv2d) by `layout` (default: rows [Q; K; V], equal widths)."""
+        layout = layout or Layout()
+        conv = isinstance(fused, nn.Conv2d)
+        name = class_path(type(module)) if module is not None else "fused projection"
+        if conv and (fused.kernel_size != (1, 1) or fused.stride != (1, 1) or fused.groups != 1
+                     or fused.padding not in ((0, 0), "valid")):
+            raise TypeError(f"{name}: its {layout.proj} is a Conv2d that is not 1x1 (kernel {fused.kernel_size}, "
+                            f"stride {fused.stride}, groups {fused.groups}): only 1x1 projections split")
+        weight = fused.weight.reshape(fused.weight.shape[0], -1)
+        heads = num_heads if module is None else layout.num_heads(module)
+        rows = _rows(layout, module, weight.shape[0], heads or 1, name)
+        kw = dict(device=weight.device, dtype=weight.dtype)
+        parts = {}
+        for role in ("q", "k", "v"):
+            if role not in rows:
+                parts[role] = None
+                continue
+            idx = rows[role]
+            lin = nn.Linear(weight.shape[1], len(idx), bias=fused.bias is not None, **kw)
+            with torch.no_grad():
+                lin.weight.copy_(weight[idx])
                 if fused.bias is not None:
-                    lin.bias.copy_(fused.bias[i * d:(i + 1) * d])
-        return cls(*parts, num_heads=num_heads)
+                    lin.bias.copy_(fused.bias[idx])
+            parts[role] = lin
+        concat = torch.cat([rows[r] for r in ("q", "k", "v") if r in rows])
+        order = None if torch.equal(concat, torch.arange(len(concat))) else torch.argsort(concat).to(weight.device)
+        return cls(parts["q"], parts["k"], parts["v"], num_heads=heads, order=order, conv=conv,
+                   token_kernel=layout.token_kernel and "q" in rows, rows=rows)
 
-    def to_fused(self) -> nn.Linear:
+    def _parts(self):
+        return [p for p in (self.q, self.k, self.v) if p is not None]
+
+    def to_fused(self) -> nn.Module:
         w = self.weight
-        fused = nn.Linear(w.shape[1], w.shape[0], bias=self.q.bias is not None,
-                          device=w.device, dtype=w.dtype)
+        if self.conv:
+            fused = nn.Conv2d(w.shape[1], w.shape[0], 1, bias=self.k.bias is not None, device=w.device, dtype=w.dtype)
+        else:
+            fused = nn.Linear(w.shape[1], w.shape[0], bias=self.k.bias is not None, device=w.device, dtype=w.dtype)
         with torch.no_grad():
-            fused.weight.copy_(w)
+            fused.weight.copy_(w.reshape(fused.weight.shape))
             if fused.bias is not None:
                 fused.bias.copy_(self.bias)
         return fused
 
     @property
     def weight(self) -> torch.Tensor:
-        """The fused (3d, dim) weight, for modules that call F.linear(x, qkv.weight) directly."""
-        return torch.cat([self.q.weight, self.k.weight, self.v.weight], dim=0)
+        """The fused weight in the module's row order, for modules that call F.linear(x, qkv.weight) directly."""
+        w = torch.cat([p.weight for p in self._parts()], dim=0)
+        w = w if self.order is None else w[self.order]
+        return w[:, :, None, None] if self.conv else w
 
     @property
     def bias(self) -> torch.Tensor | None:
-        if self.q.bias is None:
+        if self.k.bias is None:
             return None
-        return torch.cat([self.q.bias, self.k.bias, self.v.bias], dim=0)
+        b = torch.cat([p.bias for p in self._parts()], dim=0)
+        return b if self.order is None else b[self.order]
 
     @property
     def in_features(self) -> int:
-        return self.q.in_features
+        return self.k.in_features
 
     @property
     def out_features(self) -> int:
-        return 3 * self.q.out_features
+        return sum(p.out_features for p in self._parts())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # one matmul with the concatenated weight: same result as cat([q(x), k(x), v(x)]), fewer kernels
+        # one matmul with the concatenated weight: same result as the fused projection, fewer kernels
+        if self.conv:
+            return F.conv2d(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
+
+
+def _rows(layout: Layout, module, n_rows: int, heads: int, name: str) -> dict[str, torch.Tensor]:
+    """{role: the fused projection's rows of that role, head after head} by the layout."""
+    roles = layout.roles
+    widths = tuple(layout.widths(module)) if layout.widths is not None else None
+    if widths is None:
+        if n_rows % (len(roles) * heads):
+            raise TypeError(f"{name}: its {layout.proj} has {n_rows} output rows, not {len(roles)} parts "
+                            f"({'/'.join(roles)}) of {heads} heads each; the layout does not fit this module")
+        widths = (n_rows // (len(roles) * heads),) * len(roles)
+    if heads * sum(widths) != n_rows:
+        raise TypeError(f"{name}: its {layout.proj} has {n_rows} output rows; the layout expects {heads} heads x "
+                        f"{'+'.join(map(str, widths))} ({'/'.join(roles)}) = {heads * sum(widths)}")
+    rows, offset = {}, 0
+    for role, w in zip(roles, widths):
+        if layout.arrange == "blocks":   # (..., parts, heads, width)
+            rows[role] = torch.arange(offset * heads, (offset + w) * heads)
+        else:                            # (..., heads, parts x width)
+            rows[role] = (torch.arange(heads)[:, None] * sum(widths) + offset + torch.arange(w)[None]).reshape(-1)
+        offset += w
+    return rows
 
 
 class SplitMultiheadAttention(nn.Module):
     """`nn.MultiheadAttention` with separate q, k, v Linears (same forward signature).
 
-    `in_proj_bias` is None and `_qkv_same_embed_dim` False, so nn.TransformerEncoderLayer
-    takes its regular (non fast-path) route, which calls this module's forward.
+    Keys and values may have their own widths (kdim, vdim). `in_proj_bias` is None and
+    `_qkv_same_embed_dim` False, so nn.TransformerEncoderLayer takes its regular (non fast-path)
+    route, which calls this module's forward; `split_qkv` also turns off an enclosing
+    nn.TransformerEncoder's nested-tensor path, which would bypass it.
     """
 
     in_proj_weight = None
@@ -94,21 +158,26 @@ class SplitMultiheadAttention(nn.Module):
 
     def __init__(self, mha: nn.MultiheadAttention):
         super().__init__()
-        if not mha._qkv_same_embed_dim:
-            raise TypeError("split_qkv supports nn.MultiheadAttention with kdim == vdim == embed_dim")
         self.embed_dim, self.num_heads = mha.embed_dim, mha.num_heads
+        self.kdim, self.vdim = mha.kdim, mha.vdim
         self.head_dim = mha.head_dim
         self.dropout, self.batch_first = mha.dropout, mha.batch_first
         self.add_zero_attn = mha.add_zero_attn
         self.bias_k, self.bias_v = mha.bias_k, mha.bias_v
-        fused = nn.Linear(self.embed_dim, 3 * self.embed_dim, bias=mha.in_proj_bias is not None,
-                          device=mha.in_proj_weight.device, dtype=mha.in_proj_weight.dtype)
-        with torch.no_grad():
-            fused.weight.copy_(mha.in_proj_weight)
-            if mha.in_proj_bias is not None:
-                fused.bias.copy_(mha.in_proj_bias)
-        split = SplitQKV.from_fused(fused)
-        self.q, self.k, self.v = split.q, split.k, split.v
+        E = self.embed_dim
+        if mha._qkv_same_embed_dim:
+            weights = mha.in_proj_weight.detach().split(E)
+        else:
+            weights = (mha.q_proj_weight.detach(), mha.k_proj_weight.detach(), mha.v_proj_weight.detach())
+        biases = mha.in_proj_bias.detach().split(E) if mha.in_proj_bias is not None else (None,) * 3
+        kw = dict(device=weights[0].device, dtype=weights[0].dtype)
+        for role, w, b in zip("qkv", weights, biases):
+            lin = nn.Linear(w.shape[1], E, bias=b is not None, **kw)
+            with torch.no_grad():
+                lin.weight.copy_(w)
+                if b is not None:
+                    lin.bias.copy_(b)
+            setattr(self, role, lin)
         self.out_proj = mha.out_proj
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
@@ -134,10 +203,15 @@ class SplitMultiheadAttention(nn.Module):
         w = self.q.weight
         mha = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout,
                                     bias=self.q.bias is not None, add_bias_kv=self.bias_k is not None,
-                                    add_zero_attn=self.add_zero_attn, batch_first=self.batch_first,
-                                    device=w.device, dtype=w.dtype)
+                                    add_zero_attn=self.add_zero_attn, kdim=self.kdim, vdim=self.vdim,
+                                    batch_first=self.batch_first, device=w.device, dtype=w.dtype)
         with torch.no_grad():
-            mha.in_proj_weight.copy_(torch.cat([self.q.weight, self.k.weight, self.v.weight]))
+            if mha._qkv_same_embed_dim:
+                mha.in_proj_weight.copy_(torch.cat([self.q.weight, self.k.weight, self.v.weight]))
+            else:
+                mha.q_proj_weight.copy_(self.q.weight)
+                mha.k_proj_weight.copy_(self.k.weight)
+                mha.v_proj_weight.copy_(self.v.weight)
             if mha.in_proj_bias is not None:
                 mha.in_proj_bias.copy_(torch.cat([self.q.bias, self.k.bias, self.v.bias]))
             if self.bias_k is not None:
@@ -147,44 +221,88 @@ class SplitMultiheadAttention(nn.Module):
         return mha
 
 
+# --- which modules are attention, and what the table says of them -----------------------
+
+_SPLIT = (SplitQKV, SplitMultiheadAttention)
+_FUSED_PARAMS = ("in_proj_weight", "q_proj_weight")  # an unsplit nn.MultiheadAttention's own parameters
+
+
+def _is_attention(module: nn.Module) -> bool:
+    """A module with a child projection named like Q, K, V or a fused QKV (it needs a table entry)."""
+    if isinstance(module, _SPLIT):
+        return False
+    if isinstance(module, nn.MultiheadAttention):
+        return True
+    return any(n in PROJECTION_NAMES for n, _ in module.named_children())
+
+
+def _unknown(name: str, module: nn.Module) -> TypeError:
+    kids = sorted(n for n, _ in module.named_children() if n in PROJECTION_NAMES)
+    return TypeError(
+        f"{class_path(type(module))} (at {name or 'the model'}) has projections {kids}, but the QK/V splitter has no "
+        f"layout for this attention class, and splitting by a guess can put the wrong rows in Q, K or V. Read its "
+        f"forward and describe it: fedfrozen.layouts.register({type(module).__name__}, fedfrozen.layouts.Layout("
+        f"proj=..., roles=..., arrange=...)) (docs/attention_layouts.md); or Refused('why') to refuse it")
+
+
+def attention_modules(model: nn.Module):
+    """(name, module, entry) of every attention module in `model`; entry is a Layout, "mha" for an
+    nn.MultiheadAttention, or "split" for one split_qkv made. Raises TypeError, naming the class and what to do,
+    for a class the table does not know or refuses."""
+    found = []
+    for name, m in model.named_modules():
+        if isinstance(m, SplitMultiheadAttention):
+            found.append((name, m, "split"))
+        elif isinstance(m, nn.MultiheadAttention):
+            found.append((name, m, "mha"))
+        elif _is_attention(m):
+            entry = lookup(m)
+            if entry is None:
+                raise _unknown(name, m)
+            if isinstance(entry, Refused):
+                raise TypeError(f"{class_path(type(m))} (at {name or 'the model'}) is refused by the QK/V splitter: "
+                                f"{entry.reason}. Its family is listed as unsupported in docs/attention_layouts.md")
+            found.append((name, m, entry))
+    return found
+
+
 # --- split / merge ----------------------------------------------------------------------
 
-_SEPARATE = {"q", "k", "v", "q_proj", "k_proj", "v_proj", "query", "key", "value"}
-
-
-def _has_separate_projections(module: nn.Module) -> bool:
-    names = {n for n, c in module.named_children() if isinstance(c, nn.Linear)}
-    return ({"q", "k", "v"} <= names or {"q_proj", "k_proj", "v_proj"} <= names
-            or {"query", "key", "value"} <= names)
-
-
-def _is_split(model: nn.Module) -> bool:
-    return any(isinstance(m, (SplitQKV, SplitMultiheadAttention)) for m in model.modules())
-
-
 def split_qkv(model: nn.Module) -> nn.Module:
-    """Replace every fused QKV projection by separate q/k/v Linears, in place.
+    """Replace every fused QKV projection by separate q/k/v Linears, in place, by each attention class's layout
+    (fedfrozen.layouts). Outputs are unchanged.
 
-    Outputs are unchanged. Modules with separate projections already are left as they are;
-    splitting twice is a no-op. Raises TypeError if the model has no attention at all.
+    Modules with separate projections already are left as they are; splitting twice is a no-op. Raises
+    TypeError, before changing anything, for an attention class the table does not know or refuses, or if the
+    model has no attention at all.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"split_qkv expects a torch.nn.Module; got {type(model).__name__}")
-    found = _is_split(model)
-    for parent in list(model.modules()):
-        for child_name, child in list(parent.named_children()):
-            if isinstance(child, nn.MultiheadAttention):
-                setattr(parent, child_name, SplitMultiheadAttention(child))
-                found = True
-            elif child_name == "qkv" and isinstance(child, nn.Linear):
-                setattr(parent, child_name,
-                        SplitQKV.from_fused(child, num_heads=getattr(parent, "num_heads", None)))
-                found = True
-        if _has_separate_projections(parent):
-            found = True
-    if not found:
+    found = attention_modules(model)  # every refusal before anything is replaced
+    if not found and not any(isinstance(m, _SPLIT) for m in model.modules()):
         raise TypeError(f"{type(model).__name__} has no attention to split: no fused `qkv` Linear, "
                         f"no nn.MultiheadAttention and no separate q/k/v projections")
+    plans = []
+    for name, m, entry in found:
+        if entry == "mha":
+            plans.append((name, None, SplitMultiheadAttention(m)))
+        elif isinstance(entry, Layout) and entry.proj is not None:
+            fused = getattr(m, entry.proj, None)
+            if isinstance(fused, (nn.Linear, nn.Conv2d)):
+                plans.append((name, entry.proj, SplitQKV.from_fused(fused, entry, m)))
+            elif fused is not None and not isinstance(fused, SplitQKV):
+                raise TypeError(f"{class_path(type(m))} (at {name}): its {entry.proj} is a {type(fused).__name__}, "
+                                f"not a Linear or a 1x1 Conv2d: it cannot be split")
+    modules = dict(model.named_modules())
+    for name, attr, new in plans:
+        if attr is None:  # an nn.MultiheadAttention: replace the module in its parent
+            parent, _, child = name.rpartition(".")
+            setattr(modules[parent] if name and "." in name else model, child, new)
+        else:
+            setattr(modules[name], attr, new)
+    for m in model.modules():  # the nested-tensor fast path would skip the split layers' forward
+        if isinstance(m, nn.TransformerEncoder) and any(isinstance(x, SplitMultiheadAttention) for x in m.modules()):
+            m.use_nested_tensor = False
     return model
 
 
@@ -201,49 +319,30 @@ def merge_qkv(model: nn.Module) -> nn.Module:
 
 # --- parameter groups -------------------------------------------------------------------
 
-# parts of an attention module that shape the attention weights (the kernel): Q/K projections and
-# norms, a fused q+k projection (ConViT), logit temperatures and scales (XCiT, Swin-V2), talking-heads
-# mixing of logits and weights (CaiT), gated positional attention (ConViT), pooled queries/keys (MViT)
-_QK_PARTS = {"q", "k", "q_proj", "k_proj", "query", "key", "q_norm", "k_norm", "q_bias", "k_bias",
-             "logit_scale", "qk", "temperature", "proj_l", "proj_w", "gating_param", "pos_proj",
-             "pool_q", "pool_k", "norm_q", "norm_k"}
-_V_PARTS = {"v", "v_proj", "value", "v_bias", "pool_v", "norm_v"}
-_LAYER_SCALES = {"ls1", "ls2", "ls3", "gamma_1", "gamma_2", "gamma_3", "gamma1", "gamma2", "gamma3", "layer_scale",
-                 "layer_scale1", "layer_scale2"}
+# Outside the attention modules the table describes, by name: layer scales, patch/position embeddings,
+# heads, MLPs, norms. Inside them the table decides (qk: whatever shapes the attention weights).
+_LAYER_SCALES = {"ls", "ls1", "ls2", "ls3", "gamma", "gamma_1", "gamma_2", "gamma_3", "gamma1", "gamma2", "gamma3",
+                 "gamma_xca", "layer_scale", "layer_scale1", "layer_scale2", "layer_scale_1", "layer_scale_2",
+                 "res_scale1", "res_scale2", "layerscale"}
 _ATTN_OUT_PARTS = {"proj", "out_proj", "o_proj", "output"}
 _EMBED_PARTS = {"patch_embed", "pos_embed", "cls_token", "reg_token", "dist_token", "absolute_pos_embed",
-                "relative_position_bias_table", "embed", "embedding", "embeddings", "downsample",
-                "reduction", "pos_drop", "token_embed", "stem", "pool", "rel_pos_h", "rel_pos_w",
-                "attention_biases", "pos_embed_fourier"}
+                "embed", "embedding", "embeddings", "downsample", "reduction", "pos_drop", "token_embed", "stem",
+                "pool", "pos_embed_fourier"}
 _EMBED_PREFIXES = ("patch_embed", "pos_embed", "cls_token", "dist_token")  # numbered copies: CoaT, CrossViT
 _HEAD_PARTS = {"head", "head_dist", "classifier", "fc_out", "decoder"}
 _MLP_PARTS = {"mlp", "ffn", "linear1", "linear2", "feed_forward", "fc1", "fc2"}
-_ATTN_MODULES = {"attn", "self_attn", "attention", "self_attention"}
 
 
-def _group_of(name: str, attn_prefixes: set) -> str:
+def _group_of(name: str) -> str:
+    """The group of a parameter outside the attention modules (and of an attention module's leftovers)."""
     parts = name.split(".")
-    mods = parts[:-1]
-    # inside an attention module: Q/K, V, output projection
-    in_attn = any(name.startswith(p + ".") for p in attn_prefixes) or any(m in _ATTN_MODULES for m in mods)
-    if in_attn:
-        if any(m in _QK_PARTS for m in mods) or parts[-1] in _QK_PARTS:
-            return "qk"
-        if any(m in _V_PARTS for m in mods) or parts[-1] in _V_PARTS:
-            return "v"
-        if any(m in _ATTN_OUT_PARTS for m in mods):
-            return "attn_out"
-        if any(m in ("relative_position_bias_table", "rel_pos_h", "rel_pos_w", "attention_biases") for m in parts):
-            return "embed"
-        if any("norm" in m for m in mods):
-            return "norm"
-    if any(m in _HEAD_PARTS for m in parts[:1]) or parts[0] in _HEAD_PARTS:
+    if parts[0] in _HEAD_PARTS:
         return "head"
     if any(m in _LAYER_SCALES for m in parts):
         return "norm"
     if any(m in _EMBED_PARTS for m in parts) or parts[0].startswith(_EMBED_PREFIXES):
         return "embed"
-    if any(m in _MLP_PARTS for m in mods):
+    if any(m in _MLP_PARTS for m in parts[:-1]):
         return "mlp"
     if any("norm" in m or m == "ln" for m in parts):
         return "norm"
@@ -252,27 +351,59 @@ def _group_of(name: str, attn_prefixes: set) -> str:
     return "other"
 
 
+def _attention_group(rel: str, m: nn.Module, entry) -> str | None:
+    """The group of parameter `rel` (relative to attention module `m`), or None: decided by name."""
+    first = rel.split(".")[0]
+    if entry in ("mha", "split") or isinstance(entry, SplitMultiheadAttention):
+        return {"q": "qk", "k": "qk", "bias_k": "qk", "v": "v", "bias_v": "v", "out_proj": "attn_out"}.get(first)
+    parts = rel.split(".")
+    if entry.proj is not None and first == entry.proj and len(parts) > 2 and parts[1] in ("q", "k", "v"):
+        return "v" if parts[1] == "v" else "qk"
+    for role, child in entry.separate.items():
+        if first == child:
+            return "v" if role == "v" else "qk"
+    if first in entry.qk or first in ("q_norm", "k_norm"):
+        return "qk"
+    if first in entry.v or first == "v_norm":
+        return "v"
+    if first in entry.out or first in _ATTN_OUT_PARTS:
+        return "attn_out"
+    if "norm" in first:
+        return "norm"
+    return None
+
+
 def param_groups(model: nn.Module) -> dict[str, list[str]]:
     """Every parameter name in exactly one of GROUPS.
 
-    qk: W_Q, W_K, their biases, q_norm/k_norm and whatever else shapes the attention weights
-    (temperatures, talking-heads mixing, gated positional attention); v: W_V and its bias;
-    attn_out: the attention output projection; mlp; norm (incl. layer scales); embed
-    (patch/position embeddings, class/register tokens, relative position tables, stems, patch
-    merging and pooling); head; other: what no rule recognises (listed by `group_sizes`), so
-    that every model that split gets groups.
+    Inside each attention module, by its layout (fedfrozen.layouts): qk holds W_Q, W_K, their biases
+    and norms and whatever else shapes the attention weights (position biases on the logits,
+    temperatures, talking-heads mixing, gated positional attention, latent queries, bias_k); v holds
+    W_V, its bias and norm (bias_v); attn_out the output projection and output gates. Elsewhere by
+    name: mlp; norm (incl. layer scales); embed (patch/position embeddings, class/register tokens,
+    stems, patch merging and pooling); head; other: what no rule recognises (listed by
+    `group_sizes`). Raises for a model whose attention is not split yet or not in the table.
     """
-    attn_prefixes = {n for n, m in model.named_modules()
-                     if isinstance(m, (SplitQKV, SplitMultiheadAttention, nn.MultiheadAttention))
-                     or _has_separate_projections(m)}
-    # a SplitQKV's own prefix is the projection, its parent is the attention module
-    attn_prefixes |= {n.rsplit(".", 1)[0] for n in attn_prefixes if "." in n}
-    fused = [n for n, _ in model.named_parameters() if n.endswith(("qkv.weight", "in_proj_weight"))]
-    if fused:
-        raise ValueError(f"fused QKV parameters {fused[:3]}: call fedfrozen.qkv.split_qkv(model) first")
+    attn = attention_modules(model)
+    unsplit = [n for n, m, e in attn if e == "mha" or isinstance(e, Layout) and e.proj is not None
+               and isinstance(getattr(m, e.proj, None), (nn.Linear, nn.Conv2d))]
+    if unsplit:
+        raise ValueError(f"fused QKV projections in {unsplit[:3]}: call fedfrozen.qkv.split_qkv(model) first")
+    owner = {}
+    for name, m, entry in attn:
+        owner[name] = (m, entry)
     groups = {g: [] for g in GROUPS}
-    for name, _ in model.named_parameters():
-        groups[_group_of(name, attn_prefixes)].append(name)
+    for pname, _ in model.named_parameters():
+        group = None
+        # the innermost attention module holding the parameter decides, if its layout says
+        prefix = pname
+        while "." in prefix and group is None:
+            prefix = prefix.rsplit(".", 1)[0]
+            if prefix in owner:
+                m, entry = owner[prefix]
+                group = _attention_group(pname[len(prefix) + 1:], m, entry)
+                break
+        groups[group or _group_of(pname)].append(pname)
     return groups
 
 
@@ -330,19 +461,23 @@ def load_trainable(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Modul
 # --- the attention kernel ----------------------------------------------------------------
 
 def attention_kernels(model: nn.Module) -> list[torch.Tensor]:
-    """Per layer, the per-head kernels K_h = W_Q,h^T W_K,h as a (heads, dim, dim) tensor.
+    """Per split layer, the per-head kernels K_h = W_Q,h^T W_K,h as a (heads, dim, dim) tensor.
 
     Logits of head h are x W_Q,h^T W_K,h x'^T, so K_h fixes the head's attention kernel
-    (the paper's K = W_Q W_K^T in column-vector convention). Biases and q/k norms are not
-    included; this is the quantity whose change the loop reports.
+    (the paper's K = W_Q W_K^T in column-vector convention). Biases, q/k norms and position biases
+    are not included; this is the quantity whose change the loop reports. Layers whose logits are
+    not q . k over tokens (channel attention) or whose projection holds no Q (K/V-only) are skipped.
     """
     kernels = []
     for m in model.modules():
+        if isinstance(m, SplitQKV) and not m.token_kernel:
+            continue
         if isinstance(m, (SplitQKV, SplitMultiheadAttention)):
             heads = m.num_heads or 1
             wq, wk = m.q.weight.detach(), m.k.weight.detach()
-            hd = wq.shape[0] // heads
-            wq = wq.reshape(heads, hd, -1)
-            wk = wk.reshape(heads, hd, -1)
+            if wq.shape[1] != wk.shape[1]:
+                continue  # queries and keys read different inputs (kdim != embed_dim)
+            wq = wq.reshape(heads, wq.shape[0] // heads, -1)
+            wk = wk.reshape(heads, wk.shape[0] // heads, -1)
             kernels.append(wq.transpose(1, 2) @ wk)
     return kernels

@@ -211,7 +211,7 @@ FAMILIES = [
      {"blocks.0.attn.qk.weight": "qk", "blocks.0.attn.v.weight": "v", "blocks.0.attn.gating_param": "qk",
       "blocks.0.attn.pos_proj.weight": "qk"}),
     ("mvitv2", lambda: timm.create_model("mvitv2_tiny", img_size=64, num_classes=5),
-     {"stages.0.blocks.0.attn.rel_pos_h": "embed", "stages.0.blocks.0.attn.pool_q.weight": "qk",
+     {"stages.0.blocks.0.attn.rel_pos_h": "qk", "stages.0.blocks.0.attn.pool_q.weight": "qk",
       "stages.0.blocks.0.attn.pool_v.weight": "v"}),
 ]
 

@@ -17,6 +17,7 @@ PKG = Path(__file__).resolve().parents[1] / "fedfrozen"
 
 LAYERS = [
     ("ground", ["progress", "io", "rng"]),
+    ("attention layouts", ["layouts"]),
     ("data and models", ["data", "augment", "partition", "models", "qkv", "history", "linear_attention"]),
     ("buffers", ["flat"]),
     ("methods", ["methods"]),

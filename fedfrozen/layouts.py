@@ -1,0 +1,182 @@
+"""What each attention class does with its projections: the table the QK/V splitter reads.
+
+A fused projection's output rows are Q, K and V only in the order the module's own forward reshapes
+them; nothing in the weights says which. So `fedfrozen.qkv` never guesses: every attention module it
+meets must be in `LAYOUTS` (keyed by the class's module path and name), which gives
+- the fused projection (`proj`: "qkv", "kv", ...) and how its rows are laid out (`arrange`):
+  "blocks" - part after part, each (heads, width): `reshape(..., 3, heads, head_dim)`;
+  "heads"  - head after head, each holding its parts: `view(..., heads, -1).split(widths)`;
+- the parts' roles in output order (`roles`): ("q", "k", "v"); ("k", "v") for a K/V-only projection;
+  ("v", "q", "k") where the tensor the code calls q carries the values (DaViT's channel attention);
+- per-head widths where they differ (`widths`: keys narrower than values in TinyViT, EfficientFormer);
+- projections kept apart (`separate`: role -> child name), and which other parameters shape the
+  attention weights (`qk`: position biases on the logits, temperatures, latent queries), carry the
+  values (`v`) or gate the output (`out`).
+A class that cannot be split without changing what it computes is `Refused` with the reason. A new
+class is one entry: `register(cls, Layout(...))`. docs/attention_layouts.md lists the families.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["Layout", "Refused", "LAYOUTS", "register", "lookup", "class_path", "PROJECTION_NAMES"]
+
+# a module with a child of one of these names is an attention module the table must know
+PROJECTION_NAMES = frozenset({"qkv", "qk", "kv", "q", "k", "v", "q_proj", "k_proj", "v_proj", "query", "key", "value",
+                              "wq", "wk", "wv", "to_q", "to_k", "to_v", "to_qkv", "to_kv"})
+
+
+@dataclass(frozen=True)
+class Layout:
+    proj: str | None = "qkv"
+    roles: tuple = ("q", "k", "v")
+    arrange: str = "blocks"
+    widths: Callable | None = None     # module -> per-head widths of the parts, in `roles` order
+    heads: str | Callable = "num_heads"  # attribute (or module -> int); a missing attribute means 1
+    separate: dict = field(default_factory=dict)  # role -> child name of a projection kept apart
+    qk: tuple = ()    # the module's own parameters/children (name prefixes) that shape the attention weights
+    v: tuple = ()     # ... that carry the values
+    out: tuple = ()   # ... that scale the attention output (gates)
+    post_softmax: tuple = ()  # qk parts applied after the softmax (talking heads): weights need not sum to 1
+    token_kernel: bool = True  # logits are q . k over tokens: attention_kernels reports W_Q,h^T W_K,h
+
+    def num_heads(self, module) -> int:
+        return int(self.heads(module) if callable(self.heads) else getattr(module, self.heads, 1) or 1)
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+def class_path(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# position biases added to the logits shape the attention weights, as Q and K do
+_LOGIT_BIASES = ("relative_position_bias_table", "rel_pos_h", "rel_pos_w", "attention_biases", "cpb_mlp",
+                 "logit_scale", "meta_mlp", "temperature")
+_STANDARD = Layout(qk=_LOGIT_BIASES)
+_BIASED = Layout(qk=("q_bias", "k_bias") + _LOGIT_BIASES, v=("v_bias",))  # BEiT, EVA, Swin-V2: biases outside qkv
+
+
+def _per_head(module):
+    return (module.key_dim, module.key_dim, module.val_dim)
+
+
+def _eva(module):
+    if getattr(module, "qkv", None) is not None:
+        return _BIASED
+    return Layout(proj=None, separate=dict(q="q_proj", k="k_proj", v="v_proj"), qk=_BIASED.qk, v=_BIASED.v)
+
+
+def _timm_attention(module):
+    if getattr(module, "qkv", None) is not None:
+        return Layout(qk=_LOGIT_BIASES, out=("gate",))
+    return Layout(proj=None, separate=dict(q="q_proj", k="k_proj", v="v_proj"), out=("gate",))
+
+
+def _maxxvit(module):  # head_first: view(B, heads, 3 * dim_head, ...).chunk(3); else reshape(B, 3, heads, ...)
+    return Layout(arrange="heads" if module.head_first else "blocks", qk=_LOGIT_BIASES)
+
+
+def _gcvit(module):  # the global-query blocks project only K and V; the query comes from the stage's global block
+    if module.use_global:
+        return Layout(roles=("k", "v"), qk=_LOGIT_BIASES)
+    return Layout(qk=_LOGIT_BIASES)
+
+
+def _pool2d(module):
+    if getattr(module, "qkv", None) is not None:
+        return Layout(qk=_LOGIT_BIASES)
+    return Layout(proj=None, separate=dict(q="q", k="k", v="v"))
+
+
+_SEPARATE_QKV = Layout(proj=None, separate=dict(q="q", k="k", v="v"), qk=_LOGIT_BIASES)
+_Q_PLUS_KV = Layout(proj="kv", roles=("k", "v"), separate=dict(q="q"), qk=_LOGIT_BIASES)
+
+LAYOUTS: dict[str, Layout | Refused | Callable] = {
+    # the project's own
+    "fedfrozen.models.LinearAttention": _STANDARD,
+    # ViT, DeiT, CrossViT, MobileViT, NaFlexViT, CSATv2 (timm.layers.attention)
+    "timm.layers.attention.Attention": _timm_attention,
+    "timm.layers.attention.AttentionRope": _timm_attention,
+    "timm.models.beit.Attention": _BIASED,
+    "timm.models.eva.EvaAttention": _eva,
+    "timm.models.swin_transformer.WindowAttention": _STANDARD,
+    "timm.models.swin_transformer_v2.WindowAttention": _BIASED,
+    "timm.models.swin_transformer_v2_cr.WindowMultiHeadAttention": _STANDARD,
+    "timm.models.vision_transformer_relpos.RelPosAttention": Layout(qk=_LOGIT_BIASES + ("rel_pos",)),
+    "timm.models.vision_transformer_sam.Attention": _STANDARD,
+    "timm.models.cait.TalkingHeadAttn": Layout(qk=("proj_l", "proj_w"), post_softmax=("proj_w",)),
+    "timm.models.cait.ClassAttn": _SEPARATE_QKV,
+    "timm.models.convit.GPSA": Layout(proj=None, separate=dict(v="v"), qk=("qk", "pos_proj", "gating_param")),
+    "timm.models.convit.MHSA": _STANDARD,
+    "timm.models.xcit.XCA": _STANDARD,
+    "timm.models.edgenext.CrossCovarianceAttn": _STANDARD,
+    "timm.models.mvitv2.MultiScaleAttention": Layout(qk=_LOGIT_BIASES + ("pool_q", "pool_k", "norm_q", "norm_k"),
+                                                     v=("pool_v", "norm_v")),
+    "timm.models.mvitv2.MultiScaleAttentionPoolFirst": Layout(
+        proj=None, separate=dict(q="q", k="k", v="v"), qk=_LOGIT_BIASES + ("pool_q", "pool_k", "norm_q", "norm_k"),
+        v=("pool_v", "norm_v")),
+    "timm.models.maxxvit.Attention2d": _maxxvit,
+    "timm.models.maxxvit.AttentionCl": _maxxvit,
+    "timm.layers.attention2d.Attention2d": _maxxvit,
+    "timm.models.tiny_vit.Attention": Layout(arrange="heads", widths=_per_head, qk=_LOGIT_BIASES),
+    "timm.models.efficientformer.Attention": Layout(arrange="heads", widths=_per_head, qk=_LOGIT_BIASES),
+    "timm.models.davit.WindowAttention": _STANDARD,
+    "timm.models.davit.ChannelAttention": Layout(roles=("v", "q", "k"), token_kernel=False),  # softmax(k^T v) q
+    "timm.models.davit.ChannelAttentionV2": Layout(heads="groups", token_kernel=False),   # softmax(q^T k) v
+    "timm.models.gcvit.WindowAttentionGlobal": _gcvit,
+    "timm.models.pvt_v2.Attention": _Q_PLUS_KV,
+    "timm.models.twins.GlobalSubSampleAttn": _Q_PLUS_KV,
+    "timm.models.twins.LocallyGroupedAttn": _STANDARD,
+    "timm.models.crossvit.CrossAttention": Layout(proj=None, separate=dict(q="wq", k="wk", v="wv")),
+    "timm.models.volo.Attention": _STANDARD,
+    "timm.models.volo.ClassAttention": _Q_PLUS_KV,
+    "timm.models.volo.OutlookAttention": Layout(proj=None, separate=dict(v="v"), qk=("attn",), token_kernel=False),
+    "timm.models.tnt.Attention": Layout(proj=None, separate=dict(v="v"), qk=("qk",)),
+    "timm.models.nest.Attention": _STANDARD,
+    "timm.models.hiera.MaskUnitAttention": Layout(heads="heads"),
+    "timm.models.hieradet_sam2.MultiScaleAttention": _STANDARD,
+    "timm.models.fastvit.Attention": _STANDARD,
+    "timm.models.visformer.Attention": _STANDARD,
+    "timm.models.metaformer.Attention": _STANDARD,
+    "timm.layers.attention_pool.AttentionPoolLatent": Layout(proj="kv", roles=("k", "v"), separate=dict(q="q"),
+                                                            qk=("latent", "q_norm", "k_norm")),
+    "timm.layers.attention_pool2d.AttentionPool2d": _pool2d,
+    "timm.layers.attention_pool2d.RotAttentionPool2d": _pool2d,
+    # refused: splitting would not change the function, but "qk" would not be a kernel a freeze can mean
+    "timm.models.coat.FactorAttnConvRelPosEnc": Refused(
+        "factorised attention: q multiplies softmax(k)^T v linearly, so Q and K do not form an attention kernel"),
+    "timm.models.mobilevit.LinearSelfAttention": Refused(
+        "separable linear attention: a single query channel scores the tokens; there is no Q/K kernel"),
+    "timm.models.efficientvit_mit.LiteMLA": Refused("ReLU linear attention with multi-scale aggregated q/k/v"),
+    "timm.models.levit.Attention": Refused("q/k/v come from one projection followed by BatchNorm (LinearNorm)"),
+    "timm.models.levit.AttentionDownsample": Refused("k/v come from one projection followed by BatchNorm"),
+    "timm.models.efficientformer_v2.Attention2d": Refused("q/k/v are conv+BatchNorm stacks with talking heads and "
+                                                          "a local value conv; not yet described"),
+    "timm.models.efficientformer_v2.Attention2dDownsample": Refused("local-global pooled queries; not yet described"),
+    "timm.layers.halo_attn.HaloAttn": Refused("blocked halo attention over a fused k/v conv with unfolded windows"),
+    "timm.layers.bottleneck_attn.BottleneckAttn": Refused("fused conv projection with position logits from q; "
+                                                          "not yet described"),
+    "timm.layers.lambda_layer.LambdaLayer": Refused("lambda layers: keys are normalised over positions and "
+                                                    "no attention weights are formed"),
+}
+
+
+def register(cls, layout: Layout | Refused | Callable) -> None:
+    """Describe one more attention class (a Layout, a Refused, or a function module -> either)."""
+    if not (isinstance(layout, (Layout, Refused)) or callable(layout)):
+        raise TypeError(f"layout must be a Layout, a Refused or a function of the module; got {type(layout).__name__}")
+    LAYOUTS[class_path(cls)] = layout
+
+
+def lookup(module) -> Layout | Refused | None:
+    """The entry for `module`'s exact class (a subclass may compute something else: it needs its own), or None."""
+    entry = LAYOUTS.get(class_path(type(module)))
+    if entry is not None and not isinstance(entry, (Layout, Refused)):
+        entry = entry(module)
+    return entry
