@@ -41,6 +41,7 @@ class Layout:
     out: tuple = ()   # ... that scale the attention output (gates)
     post_softmax: tuple = ()  # qk parts applied after the softmax (talking heads): weights need not sum to 1
     token_kernel: bool = True  # logits are q . k over tokens: attention_kernels reports W_Q,h^T W_K,h
+    query_in_output: tuple = ()  # qk parts whose query is also added to the output (MViTv2's residual pooling)
 
     def num_heads(self, module) -> int:
         return int(self.heads(module) if callable(self.heads) else getattr(module, self.heads, 1) or 1)
@@ -94,6 +95,12 @@ def _pool2d(module):
     return Layout(proj=None, separate=dict(q="q", k="k", v="v"))
 
 
+def _mvitv2(module):  # residual pooling adds the pooled query to the output: Q is frozen with the kernel
+    residual = ("qkv.q", "pool_q", "norm_q") if module.residual_pooling else ()
+    return Layout(qk=_LOGIT_BIASES + ("pool_q", "pool_k", "norm_q", "norm_k"), v=("pool_v", "norm_v"),
+                  query_in_output=residual)
+
+
 _SEPARATE_QKV = Layout(proj=None, separate=dict(q="q", k="k", v="v"), qk=_LOGIT_BIASES)
 _Q_PLUS_KV = Layout(proj="kv", roles=("k", "v"), separate=dict(q="q"), qk=_LOGIT_BIASES)
 
@@ -116,8 +123,7 @@ LAYOUTS: dict[str, Layout | Refused | Callable] = {
     "timm.models.convit.MHSA": _STANDARD,
     "timm.models.xcit.XCA": _STANDARD,
     "timm.models.edgenext.CrossCovarianceAttn": _STANDARD,
-    "timm.models.mvitv2.MultiScaleAttention": Layout(qk=_LOGIT_BIASES + ("pool_q", "pool_k", "norm_q", "norm_k"),
-                                                     v=("pool_v", "norm_v")),
+    "timm.models.mvitv2.MultiScaleAttention": _mvitv2,
     "timm.models.mvitv2.MultiScaleAttentionPoolFirst": Layout(
         proj=None, separate=dict(q="q", k="k", v="v"), qk=_LOGIT_BIASES + ("pool_q", "pool_k", "norm_q", "norm_k"),
         v=("pool_v", "norm_v")),
@@ -133,6 +139,9 @@ LAYOUTS: dict[str, Layout | Refused | Callable] = {
     "timm.models.pvt_v2.Attention": _Q_PLUS_KV,
     "timm.models.twins.GlobalSubSampleAttn": _Q_PLUS_KV,
     "timm.models.twins.LocallyGroupedAttn": _STANDARD,
+    "timm.models.nextvit.EfficientAttention": _SEPARATE_QKV,
+    "timm.models.gemma4_vit.Gemma4Attention": Layout(proj=None, separate=dict(q="q_proj", k="k_proj", v="v_proj")),
+    "timm.layers.attention2d.MultiQueryAttention2d": Layout(proj=None, separate=dict(q="query", k="key", v="value")),
     "timm.models.crossvit.CrossAttention": Layout(proj=None, separate=dict(q="wq", k="wk", v="wv")),
     "timm.models.volo.Attention": _STANDARD,
     "timm.models.volo.ClassAttention": _Q_PLUS_KV,
@@ -162,6 +171,11 @@ LAYOUTS: dict[str, Layout | Refused | Callable] = {
     "timm.layers.halo_attn.HaloAttn": Refused("blocked halo attention over a fused k/v conv with unfolded windows"),
     "timm.layers.bottleneck_attn.BottleneckAttn": Refused("fused conv projection with position logits from q; "
                                                           "not yet described"),
+    "timm.models.csatv2.SpatialTransformerBlock": Refused(
+        "a 3-channel qkv over token scalars (a gating map), not multi-head attention over features"),
+    "timm.models.iformer.SHMA": Refused("single-head modulation attention with conv+BatchNorm projections; "
+                                        "not yet described"),
+    "timm.models.shvit.SHSA": Refused("single-head attention on a channel split, its qkv a conv+BatchNorm stack"),
     "timm.layers.lambda_layer.LambdaLayer": Refused("lambda layers: keys are normalised over positions and "
                                                     "no attention weights are formed"),
 }

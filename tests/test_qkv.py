@@ -239,3 +239,72 @@ def test_every_parameter_of_other_timm_families_lands_in_one_group(name, make, e
     params = dict(model.named_parameters())
     assert all(params[n].grad is None for n in groups["qk"])
     assert any(params[n].grad is not None for n in groups["v"])
+
+
+# --- nn.MultiheadAttention beyond the fused case; unknown attention is refused, by name ------------------
+
+def test_multihead_attention_with_own_key_and_value_widths_splits_and_groups():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 2, kdim=6, vdim=5, add_bias_kv=True, batch_first=True)
+    model = nn.ModuleDict({"attn": mha})
+    q, k, v = torch.randn(2, 4, 16), torch.randn(2, 7, 6), torch.randn(2, 7, 5)
+    with torch.no_grad():
+        before = mha(q, k, v)[0]
+    with pytest.raises(ValueError, match="split_qkv"):
+        ff.qkv.param_groups(model)  # unsplit: refused, never "freeze qk freezes nothing"
+    ff.qkv.split_qkv(model)
+    split = model["attn"]
+    assert isinstance(split, SplitMultiheadAttention)
+    assert (split.k.in_features, split.v.in_features) == (6, 5)
+    with torch.no_grad():
+        assert torch.allclose(split(q, k, v)[0], before, atol=1e-6)
+    groups = ff.qkv.param_groups(model)
+    assert sorted(groups["qk"]) == ["attn.bias_k", "attn.k.bias", "attn.k.weight", "attn.q.bias", "attn.q.weight"]
+    assert sorted(groups["v"]) == ["attn.bias_v", "attn.v.bias", "attn.v.weight"]
+    ff.qkv.merge_qkv(model)
+    stock = nn.MultiheadAttention(16, 2, kdim=6, vdim=5, add_bias_kv=True, batch_first=True)
+    stock.load_state_dict(model["attn"].state_dict(), strict=True)
+    with torch.no_grad():
+        assert torch.allclose(stock(q, k, v)[0], before, atol=1e-6)
+
+
+def test_split_encoder_runs_with_a_padding_mask_in_eval():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2)  # enable_nested_tensor=True: the fast path would skip the split layers
+    enc.eval()
+    x = torch.randn(3, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 4 + [True]])
+    with torch.no_grad():
+        before = enc(x, src_key_padding_mask=pad)
+    ff.qkv.split_qkv(enc)
+    assert enc.use_nested_tensor is False
+    with torch.no_grad():
+        after = enc(x, src_key_padding_mask=pad)
+    keep = ~pad
+    assert torch.allclose(after[keep], before[keep], atol=1e-5)  # the fast path zeroes padded positions
+
+
+def test_an_attention_class_the_table_does_not_know_is_refused_by_name():
+    class MyAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.proj = nn.Linear(8, 24), nn.Linear(8, 8)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(*x.shape[:-1], 2, 12).split(4, dim=-1)  # its own layout
+            return self.proj(v.flatten(-2)[..., :8])
+
+    model = nn.Sequential(MyAttention())
+    with pytest.raises(TypeError, match=r"MyAttention \(at 0\).*no layout.*fedfrozen.layouts.register"):
+        ff.qkv.split_qkv(model)
+    with pytest.raises(TypeError, match="MyAttention"):
+        ff.qkv.param_groups(model)
+    assert isinstance(model[0].qkv, nn.Linear)  # nothing was replaced
+    ff.layouts.register(MyAttention, ff.layouts.Layout(arrange="heads", heads=lambda m: 2))
+    try:
+        ff.qkv.split_qkv(model)
+        split = model[0].qkv
+        assert torch.equal(split.rows["v"], torch.tensor([8, 9, 10, 11, 20, 21, 22, 23]))
+    finally:
+        del ff.layouts.LAYOUTS[ff.layouts.class_path(MyAttention)]
