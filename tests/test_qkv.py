@@ -268,6 +268,7 @@ def test_multihead_attention_with_own_key_and_value_widths_splits_and_groups():
         assert torch.allclose(stock(q, k, v)[0], before, atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_split_encoder_runs_with_a_padding_mask_in_eval():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
