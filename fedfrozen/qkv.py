@@ -354,7 +354,7 @@ def _group_of(name: str) -> str:
 def _attention_group(rel: str, m: nn.Module, entry) -> str | None:
     """The group of parameter `rel` (relative to attention module `m`), or None: decided by name."""
     first = rel.split(".")[0]
-    if entry in ("mha", "split") or isinstance(entry, SplitMultiheadAttention):
+    if entry == "split":  # a SplitMultiheadAttention
         return {"q": "qk", "k": "qk", "bias_k": "qk", "v": "v", "bias_v": "v", "out_proj": "attn_out"}.get(first)
     parts = rel.split(".")
     if entry.proj is not None and first == entry.proj and len(parts) > 2 and parts[1] in ("q", "k", "v"):
@@ -389,19 +389,16 @@ def param_groups(model: nn.Module) -> dict[str, list[str]]:
                and isinstance(getattr(m, e.proj, None), (nn.Linear, nn.Conv2d))]
     if unsplit:
         raise ValueError(f"fused QKV projections in {unsplit[:3]}: call fedfrozen.qkv.split_qkv(model) first")
-    owner = {}
-    for name, m, entry in attn:
-        owner[name] = (m, entry)
+    owner = {name: (m, entry) for name, m, entry in attn}
     groups = {g: [] for g in GROUPS}
     for pname, _ in model.named_parameters():
         group = None
         # the innermost attention module holding the parameter decides, if its layout says
         prefix = pname
-        while "." in prefix and group is None:
+        while "." in prefix:
             prefix = prefix.rsplit(".", 1)[0]
             if prefix in owner:
-                m, entry = owner[prefix]
-                group = _attention_group(pname[len(prefix) + 1:], m, entry)
+                group = _attention_group(pname[len(prefix) + 1:], *owner[prefix])
                 break
         groups[group or _group_of(pname)].append(pname)
     return groups
