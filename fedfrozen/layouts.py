@@ -67,16 +67,15 @@ def _per_head(module):
     return (module.key_dim, module.key_dim, module.val_dim)
 
 
-def _eva(module):
-    if getattr(module, "qkv", None) is not None:
-        return _BIASED
-    return Layout(proj=None, separate=dict(q="q_proj", k="k_proj", v="v_proj"), qk=_BIASED.qk, v=_BIASED.v)
+def _fused_or_separate(separate: dict, **kw):
+    """A class that holds either a fused `qkv` or the projections `separate` names (by a constructor flag)."""
+    fused, apart = Layout(**kw), Layout(proj=None, separate=separate, **kw)
+    return lambda module: fused if getattr(module, "qkv", None) is not None else apart
 
 
-def _timm_attention(module):
-    if getattr(module, "qkv", None) is not None:
-        return Layout(qk=_LOGIT_BIASES, out=("gate",))
-    return Layout(proj=None, separate=dict(q="q_proj", k="k_proj", v="v_proj"), out=("gate",))
+_eva = _fused_or_separate(dict(q="q_proj", k="k_proj", v="v_proj"), qk=_BIASED.qk, v=_BIASED.v)
+_timm_attention = _fused_or_separate(dict(q="q_proj", k="k_proj", v="v_proj"), qk=_LOGIT_BIASES, out=("gate",))
+_pool2d = _fused_or_separate(dict(q="q", k="k", v="v"), qk=_LOGIT_BIASES)
 
 
 def _maxxvit(module):  # head_first: view(B, heads, 3 * dim_head, ...).chunk(3); else reshape(B, 3, heads, ...)
@@ -87,12 +86,6 @@ def _gcvit(module):  # the global-query blocks project only K and V; the query c
     if module.use_global:
         return Layout(roles=("k", "v"), qk=_LOGIT_BIASES)
     return Layout(qk=_LOGIT_BIASES)
-
-
-def _pool2d(module):
-    if getattr(module, "qkv", None) is not None:
-        return Layout(qk=_LOGIT_BIASES)
-    return Layout(proj=None, separate=dict(q="q", k="k", v="v"))
 
 
 def _mvitv2(module):  # residual pooling adds the pooled query to the output: Q is frozen with the kernel

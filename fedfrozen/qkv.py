@@ -224,7 +224,6 @@ class SplitMultiheadAttention(nn.Module):
 # --- which modules are attention, and what the table says of them -----------------------
 
 _SPLIT = (SplitQKV, SplitMultiheadAttention)
-_FUSED_PARAMS = ("in_proj_weight", "q_proj_weight")  # an unsplit nn.MultiheadAttention's own parameters
 
 
 def _is_attention(module: nn.Module) -> bool:
@@ -297,7 +296,7 @@ def split_qkv(model: nn.Module) -> nn.Module:
     for name, attr, new in plans:
         if attr is None:  # an nn.MultiheadAttention: replace the module in its parent
             parent, _, child = name.rpartition(".")
-            setattr(modules[parent] if name and "." in name else model, child, new)
+            setattr(modules[parent], child, new)  # modules[""] is the model
         else:
             setattr(modules[name], attr, new)
     for m in model.modules():  # the nested-tensor fast path would skip the split layers' forward

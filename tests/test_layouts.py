@@ -116,16 +116,17 @@ def _outputs(model, x, modules, inputs):
     return seen
 
 
+def _module_params(model, prefix, names):
+    """(name, parameter) of the `names` (one group's) that lie inside the module at `prefix`."""
+    names = set(names)
+    return [(n, p) for n, p in model.named_parameters() if n in names and n.startswith(prefix + ".")]
+
+
 def _query_in_output(model, prefix, module, groups):
     entry = lookup(module)
     parts = entry.query_in_output if isinstance(entry, Layout) else ()
-    return [p for n, p in model.named_parameters() if n in set(groups["qk"])
-            and any(n.startswith(f"{prefix}.{q}.") for q in parts)]
-
-
-def _module_params(model, prefix, names):
-    params = dict(model.named_parameters())
-    return [params[n] for n in names if n.startswith(prefix + ".")]
+    return [p for n, p in _module_params(model, prefix, groups["qk"])
+            if any(n.startswith(f"{prefix}.{q}.") for q in parts)]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -167,7 +168,7 @@ def _check(name, n_params):
     carried = {prefix: _query_in_output(model, prefix, m, groups) for prefix, m in attn}
     for prefix, _ in attn:
         with torch.no_grad():
-            for p in _module_params(model, prefix, groups["v"]) + carried[prefix]:
+            for p in [p for _, p in _module_params(model, prefix, groups["v"])] + carried[prefix]:
                 p.zero_()
     for prefix, (out, inp) in _outputs(model, x, attn, fed).items():
         assert inp is None or (inp - inp[:1]).abs().max() > 1e-6, f"{prefix}: its inputs do not vary"
@@ -180,13 +181,11 @@ def _check(name, n_params):
     for prefix, m in attn:
         entry = lookup(m)
         post = tuple(entry.post_softmax) if isinstance(entry, Layout) else ()
-        qk_of[prefix] = [p for n, p in model.named_parameters() if n in set(groups["qk"])
-                         and n.startswith(prefix + ".") and n[len(prefix) + 1:].split(".")[0] not in post
-                         and not any(p is c for c in carried[prefix])]
+        qk_of[prefix] = [p for n, p in _module_params(model, prefix, groups["qk"])
+                         if n[len(prefix) + 1:].split(".")[0] not in post and not any(p is c for c in carried[prefix])]
         with torch.no_grad():
-            for n, p in model.named_parameters():
-                if n in set(groups["v"]) and n.startswith(prefix + "."):
-                    p.fill_(0.37) if n.endswith("bias") else p.zero_()
+            for n, p in _module_params(model, prefix, groups["v"]):
+                p.fill_(0.37) if n.endswith("bias") else p.zero_()
     reference = _outputs(model, x, attn, fed)
     for prefix, _ in attn:
         _perturb(qk_of[prefix], g)
