@@ -19,12 +19,11 @@ import os
 import re
 import sys
 import time
-import typing
 from pathlib import Path
 
 from . import methods
-from .config import Config
-from .io import notebooks, project_root
+from .config import Config, field_type
+from .io import THREADS_ENV, notebooks, project_root
 from .profiles import PROFILES
 
 
@@ -42,32 +41,42 @@ def _parse_json(text: str):
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per Config field, generated from the field list and annotations (a new field gets its flag)."""
     helps = _field_help()
-    hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         doc = f"{helps.get(f.name, '')} (default: {default!r})".replace("%", "%%")  # argparse formats help with %
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        base, elem, _ = field_type(f.name)
         if base is bool:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=doc)
-        elif f.name == "freeze":
-            p.add_argument(flag, nargs="+", default=None, help=doc)
-        elif base is dict or f.name == "model_kwargs":
+        elif base is tuple:  # one value per word: --freeze qk v, --fedslm-ranks 4 8 (no words: the empty tuple)
+            p.add_argument(flag, nargs="*", type=elem, default=None, help=doc)
+        elif base is dict:
             p.add_argument(flag, type=_parse_json, default=None, help=doc + "; a JSON object")
         else:
-            p.add_argument(flag, type=base if base in (int, float, str) else str, default=None, help=doc)
+            p.add_argument(flag, type=base, default=None, help=doc)
 
 
 def _load_config_file(path: str) -> dict:
-    text = Path(path).read_text()
-    if path.endswith((".yaml", ".yml")):
-        import yaml
+    """The Config fields in a JSON or YAML file; a ValueError naming the file for anything else."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--config {path!r}: " + ("is a directory, not a file" if p.is_dir() else "no such file"))
+    try:
+        text = p.read_text()
+        if path.endswith((".yaml", ".yml")):
+            import yaml
 
-        return yaml.safe_load(text) or {}
-    return json.loads(text)
+            values = yaml.safe_load(text) or {}
+        else:
+            values = json.loads(text)
+    except Exception as e:  # noqa: BLE001 - JSON, YAML and decoding errors alike
+        kind = "YAML" if path.endswith((".yaml", ".yml")) else "JSON"
+        raise ValueError(f"--config {path!r}: not valid {kind} ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path!r}: holds a {type(values).__name__}, not a mapping of Config fields")
+    return values
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -90,13 +99,26 @@ def cmd_methods(args) -> int:
     return 0
 
 
+def _out(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must name a folder (got an empty string)")
+    return value
+
+
+def _threads(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1; got {n}")
+    return n
+
+
 def cmd_run(args) -> int:
     from .experiments import config_key, run_or_load
 
     cfg = config_from_args(args)
     t0 = time.perf_counter()
     hist = run_or_load(cfg, root=args.out, experiment="cli", force=args.force, progress=not args.quiet,
-                       checkpoint_seconds=args.checkpoint_seconds)
+                       checkpoint_seconds=args.checkpoint_seconds, wait=not args.no_wait)
     acc = hist.final_accuracy
     status = "DIVERGED at round {round}, client {client}".format(**hist.diverged) if hist.diverged else "ok"
     print(f"fedfrozen run: method={cfg.method} dataset={cfg.dataset} partition={cfg.partition} "
@@ -123,11 +145,12 @@ def cmd_reproduce(args) -> int:
     import papermill as pm
 
     root = project_root()
+    books = notebooks(args.only)  # an unknown --only fails here, before anything is created
     out_dir = root / "runs" / args.profile
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["FEDFROZEN_PROFILE"] = args.profile
     rows, failed = [], 0
-    for nb in notebooks(args.only):
+    for nb in books:
         t0 = time.perf_counter()
         try:
             done = pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters={"profile": args.profile},
@@ -164,8 +187,10 @@ def cmd_select_lr(args) -> int:
     from .profiles import PAPER_LR_GRID, paper_lr_file
     from .selection import select_learning_rates
 
+    overrides = _load_config_file(args.config) if args.config else None
     result = select_learning_rates(args.methods or methods.names(), dataset=args.dataset,
-                                   grid=args.grid or PAPER_LR_GRID, rounds=args.rounds, root=args.out)
+                                   grid=args.grid or PAPER_LR_GRID, rounds=args.rounds, root=args.out,
+                                   overrides=overrides)
     for m, lr in result["lr"].items():
         accs = ", ".join(f"{k}: {'n/a' if v is None else f'{v:.3f}'}" for k, v in result["val_acc"][m].items())
         print(f"{m:24s} lr {lr:g}   (validation accuracy {accs})")
@@ -175,12 +200,18 @@ def cmd_select_lr(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedfrozen", description=__doc__.splitlines()[0])
+    p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    p.add_argument("--threads", type=_threads, default=None,
+                   help="CPU threads for torch in every run (sets FEDFROZEN_THREADS; unset: torch's default, one per "
+                        "core; on a shared or busy machine 1 is much faster: README)")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one federated run (flags mirror fedfrozen.Config)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="methods (--method NAME):\n" + _methods_table())
     r.add_argument("--config", help="JSON or YAML file of Config fields; flags override it")
-    r.add_argument("--out", default="results", help="results root; the run goes to OUT/cli/<config hash>/")
+    r.add_argument("--out", default="results", type=_out, help="results root; the run goes to OUT/cli/<config hash>/")
+    r.add_argument("--no-wait", action="store_true",
+                   help="if another process is training this config, exit instead of waiting for its result")
     r.add_argument("--force", action="store_true", help="train again even if a cached result exists")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--checkpoint-seconds", type=float, default=60.0,
@@ -205,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--methods", nargs="+", help="methods to select for (default: every registered method)")
     s.add_argument("--grid", nargs="+", type=float, default=None, help="learning rates to try (default: 3e-4 1e-3 3e-3)")
     s.add_argument("--rounds", type=int, default=30, help="rounds per selection run")
-    s.add_argument("--out", default=None, help="results root (default: the project's results/)")
+    s.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
+    s.add_argument("--config", help="JSON or YAML file of Config fields that change the paper profile's settings")
     s.set_defaults(func=cmd_select_lr)
     q = sub.add_parser("reproduce", help="execute the notebooks with papermill")
     q.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke (CI), cpu (default), paper (GPU)")
@@ -216,11 +248,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run a subcommand; any error is one line `fedfrozen: error: ...` and exit status 2 (1 for a failed run)
+    unless --debug, which shows the traceback. --threads N sets FEDFROZEN_THREADS, which every run reads."""
     args = build_parser().parse_args(argv)
+    if args.threads is not None:  # read by every run, here and in the notebook kernels `reproduce` starts
+        os.environ[THREADS_ENV] = str(args.threads)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"fedfrozen: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("fedfrozen: interrupted (a rerun of the same command continues from the last checkpoint)",
+              file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - every error reaches the user as one line
+        if args.debug:
+            raise
+        print(f"fedfrozen: error: {e}" if isinstance(e, (ValueError, TypeError, FileNotFoundError))
+              else f"fedfrozen: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 
 from . import methods
@@ -10,7 +13,23 @@ from .data import DATASETS
 from .partition import PARTITIONS
 from .qkv import GROUPS
 
-__all__ = ["Config"]
+__all__ = ["Config", "field_type"]
+
+_HINTS: dict = {}
+
+
+def field_type(name: str) -> tuple:
+    """(base, element, optional) of a Config field's annotation: base is bool, int, float, str, dict or tuple;
+    element the type of a tuple's items (else None); optional whether None is allowed."""
+    if not _HINTS:
+        _HINTS.update(typing.get_type_hints(Config))
+    hint, optional = _HINTS[name], False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional, hint = len(args) < len(typing.get_args(hint)), args[0]
+    base = typing.get_origin(hint) or hint
+    elem = next((a for a in typing.get_args(hint) if a is not Ellipsis), None) if base is tuple else None
+    return base, elem, optional
 
 
 @dataclass
@@ -54,7 +73,7 @@ class Config:
     model_kwargs: dict = field(default_factory=dict)  # extra arguments to models.create
     method: str = "fedavg"             # a registered method (fedfrozen methods lists them)
     warmup_rounds: int = 15            # T0: stage 2 starts at this round (>= rounds: never)
-    freeze: tuple = ("qk",)            # groups frozen in stage 2 by the fedfrozen presets
+    freeze: tuple[str, ...] = ("qk",)            # groups frozen in stage 2 by the fedfrozen presets
     value_l2: float = 0.0              # lambda of the value penalty (stage 2)
     value_l2_mode: str = "ridge"       # ridge: lambda/2 ||W_V||^2; prox: lambda/2 ||W_V - W_V^r||^2
     value_l2_warmup: bool = False      # apply the value penalty in stage 1 too
@@ -74,7 +93,7 @@ class Config:
     fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
     fedact_alpha: float = 0.9          # FedACT [recon]: weight alpha of the global direction in the local step
     fedact_tau_min: float = 0.1        # FedACT [recon]: lower clip of the coordinate trust (1: trust == 1)
-    fedslm_ranks: tuple = ()           # FedSLM [recon]: ranks r_1 < ... < r_G of the groups' truncated linear layers; () = 1/6, 1/3, 2/3 of the smallest layer (8, 16, 32 on vit_digits)
+    fedslm_ranks: tuple[int, ...] = ()           # FedSLM [recon]: ranks r_1 < ... < r_G of the groups' truncated linear layers; () = 1/6, 1/3, 2/3 of the smallest layer (8, 16, 32 on vit_digits)
     fedslm_adapter_rank: int = 0       # FedSLM: rank of each client's adapter on its truncated base (0: no adapters)
     fedsteer_core: int | None = None   # FedSteer: K, the clients of the core set whose cached updates span the subspace (None: min(10, N))
     fedsteer_lambda: float = 0.5       # FedSteer: ridge lambda of the subspace coordinates (> 0)
@@ -98,15 +117,61 @@ class Config:
     engine_compile: bool = False       # batched engine: torch.compile its step (pays on long runs; benchmarks/engine.py)
 
     def __post_init__(self):
+        if isinstance(self.freeze, str):  # freeze="qk" names one group (not the groups "q" and "k")
+            self.freeze = (self.freeze,)
+        self._check_types()
+        # one run, one value (and one cache key): ints given for float fields become floats, lists tuples,
+        # clients_per_round = n_clients is "all clients"
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if field_type(f.name)[0] is float and isinstance(value, int) and not isinstance(value, bool):
+                setattr(self, f.name, float(value))
         self.freeze = tuple(self.freeze)
         self.fedslm_ranks = tuple(self.fedslm_ranks)
-        self.model_kwargs = dict(self.model_kwargs)
+        if self.clients_per_round is not None and self.clients_per_round == self.n_clients:
+            self.clients_per_round = None
         if self.local_epochs is None and self.local_steps is None:
             self.local_epochs = 1
         self.validate()
 
+    def _check_types(self) -> None:
+        """Every field against its annotation (generated from the field list: a new field is covered too):
+        booleans are True/False (not "false"), numbers are finite numbers, strings strings, None only where the
+        annotation allows it."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            base, elem, optional = field_type(f.name)
+            if value is None:
+                if not optional:
+                    raise ValueError(f"{f.name} must not be None")
+                continue
+            if base is bool:
+                ok = isinstance(value, bool)
+                want = "True or False"
+            elif base is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+                want = "an integer"
+            elif base is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                want = "a finite number"
+            elif base is str:
+                ok = isinstance(value, str)
+                want = "a string"
+            elif base is dict:
+                ok = isinstance(value, dict)
+                want = "a dict (e.g. a JSON object)"
+            elif base is tuple:
+                ok = isinstance(value, (tuple, list)) and all(
+                    isinstance(v, elem) and not (elem is int and isinstance(v, bool)) for v in value)
+                want = f"a list of {elem.__name__}s"
+            else:  # pragma: no cover - a new annotation kind needs a rule here
+                raise TypeError(f"Config field {f.name}: no type rule for {base!r}")
+            if not ok:
+                raise ValueError(f"{f.name} must be {want}; got {value!r} ({type(value).__name__})")
+
     # --- validation -----------------------------------------------------------------------
     def validate(self) -> None:
+        self._check_types()
         def choice(name, allowed):
             value = getattr(self, name)
             if value not in allowed:
@@ -123,8 +188,8 @@ class Config:
             value = getattr(self, name)
             if value is None and none_ok:
                 return
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name} must be a number; got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number; got {value!r}")
             if (value <= lo if lo_open else value < lo) or value > hi:
                 bound = f"> {lo}" if lo_open else f">= {lo}"
                 raise ValueError(f"{name} must be {bound}" + (f" and <= {hi}" if hi < float("inf") else "")
@@ -235,6 +300,16 @@ class Config:
         if not isinstance(self.engine_compile, bool):
             raise ValueError(f"engine_compile must be True or False; got {self.engine_compile!r}")
         methods.build(self)  # the method's own checks (component compatibility)
+
+    def warnings(self) -> list[str]:
+        """Settings that are valid but make the run something other than it looks (one policy: such values
+        are allowed, and said once, when the run starts)."""
+        said = []
+        schedule = self.freeze_schedule or methods.composition(self.method).get("schedule")
+        if schedule == "warmup" and self.warmup_rounds >= self.rounds:
+            said.append(f"warmup_rounds ({self.warmup_rounds}) >= rounds ({self.rounds}): nothing is ever frozen, "
+                        f"so method {self.method!r} runs as its unfrozen counterpart")
+        return said
 
     # --- (de)serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict:

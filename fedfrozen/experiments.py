@@ -1,12 +1,20 @@
 """Experiments: the run-or-load cache, parallel runs, and resumption after an interruption.
 
 `run_or_load(cfg)` keys a run by the hash of its config and the package version and stores it
-under `results/<experiment>/<key>/` (config.json, history.json, env.json), so a notebook re-run
-loads instead of training. A run directory appears only once complete. While a run trains, a
-checkpoint is kept in `results/<experiment>/.<key>.partial/` (once a minute by default): if the
-process dies (a Colab disconnect, a killed GPU job), running the same config again continues
-from it, and the History equals an uninterrupted run's. A cached history.json that cannot be
-read is moved aside (with a warning naming it) and the run trained again.
+under `results/<experiment>/<key>/` (config.json, history.json, env.json and, written last,
+digest.json: their SHA-256), so a notebook re-run loads instead of training. A run directory
+appears only once complete. While a run trains, a checkpoint is kept in
+`results/<experiment>/.<key>.partial/` (once a minute by default): if the process dies (a Colab
+disconnect, a killed GPU job), running the same config again continues from it, and the History
+equals an uninterrupted run's.
+
+Nothing is served on trust: a cached entry is used only if its files match its digest, its
+config is the one asked for and its History has every round the config implies (or stops at a
+divergence); anything else (short, malformed, a directory, edited) is moved aside with a warning
+naming it and trained again. A checkpoint that cannot be read is moved aside the same way and the
+run starts from scratch. One process trains a config at a time: an advisory lock per key
+(`.<key>.lock`) makes a second process with the same config wait and load the first one's
+result; different configs never wait for each other.
 
 Under `fedfrozen dry-run` (fedfrozen.dryrun) the environment variable FEDFROZEN_DRY_RUN is set
 in the notebooks' kernels: then every run is shortened to a few rounds (optionally on a tiny
@@ -22,15 +30,17 @@ import os
 import resource
 import shutil
 import statistics
+import tempfile
 import time
 import warnings
 from pathlib import Path
 
 from .history import History
-from .io import atomic_dir, dry_run_settings, project_root
-from .loop import run
+from .io import atomic_dir, dry_run_settings, file_lock, project_root
+from .loop import CheckpointError, run
 
-__all__ = ["run_or_load", "run_many", "config_key", "results_root", "CHECKPOINT_SECONDS"]
+__all__ = ["run_or_load", "run_many", "config_key", "results_root", "CHECKPOINT_SECONDS", "CheckpointError",
+           "RunningElsewhere"]
 
 CHECKPOINT_SECONDS = 60.0  # default interval of the partial-run checkpoint
 
@@ -63,56 +73,155 @@ def results_root(root=None) -> Path:
     return Path(root) if root is not None else project_root() / "results"
 
 
-def _load_cached(folder: Path) -> History | None:
-    """The stored History in `folder`, None if there is none; an unreadable one is moved aside."""
-    hist_file = folder / "history.json"
-    if not hist_file.exists():
-        return None
+_FILES = ("config.json", "env.json", "history.json")
+
+
+def _digest(folder: Path, files=_FILES) -> dict:
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in files if (folder / name).exists()}
+
+
+def _store(folder: Path, cfg, hist: History, files=_FILES) -> None:
+    """Write the entry atomically: its files, then digest.json over them."""
+    def fill(tmp: Path):
+        if "config.json" in files:
+            (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+        if "env.json" in files:
+            (tmp / "env.json").write_text(json.dumps(hist.env, indent=1, sort_keys=True))
+        hist.save(tmp / "history.json")
+        (tmp / "digest.json").write_text(json.dumps(_digest(tmp, files), indent=1, sort_keys=True))
+
+    atomic_dir(folder, fill)
+
+
+def _problem(folder: Path, cfg, files=_FILES) -> tuple[str | None, History | None]:
+    """(what is wrong with the cached entry, or None; its History when it is sound)."""
+    if not folder.is_dir():
+        return f"{folder} is not a folder", None
     try:
-        hist = History.load(hist_file)
-    except ValueError as e:
-        aside = folder.with_name(f"{folder.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(folder, aside)
-        warnings.warn(f"cached result {hist_file} could not be read ({e}); moved it to {aside} and "
-                      "training this config again", RuntimeWarning, stacklevel=3)
+        digest = json.loads((folder / "digest.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"no readable digest.json ({type(e).__name__})", None
+    if not isinstance(digest, dict) or sorted(digest) != sorted(files):
+        return "digest.json does not list the entry's files", None
+    try:
+        now = _digest(folder, files)
+    except OSError as e:
+        return f"a file cannot be read ({e})", None
+    changed = sorted(n for n in files if now.get(n) != digest[n])
+    if changed:
+        return f"{', '.join(changed)} changed since the digest was written (edited or damaged)", None
+    try:
+        hist = History.load(folder / "history.json")
+    except (OSError, ValueError) as e:
+        return str(e), None
+    if json.loads(json.dumps(hist.config)) != json.loads(json.dumps(cfg.to_dict())):
+        return "its History was written by another config", None
+    rounds = [row.get("round") if isinstance(row, dict) else None for row in hist.rows]
+    expected = list(range(len(rounds) if hist.diverged else cfg.rounds))
+    if rounds != expected or len(rounds) > cfg.rounds:
+        return (f"its History has rounds {rounds[:3]}{'...' if len(rounds) > 3 else ''} ({len(rounds)} rows) "
+                f"where the config implies {cfg.rounds}"), None
+    return None, hist
+
+
+def _move_aside(path: Path, why: str, what: str) -> Path:
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.replace(path, aside)
+    warnings.warn(f"{what} {path}: {why}; moved it to {aside}", RuntimeWarning, stacklevel=3)
+    return aside
+
+
+def _load_cached(folder: Path, cfg, files=_FILES) -> History | None:
+    """The stored History in `folder` if it is sound, None if there is none; a damaged one is moved aside."""
+    if not os.path.lexists(folder):
+        return None
+    why, hist = _problem(folder, cfg, files)
+    if why is not None:
+        _move_aside(folder, why + " - training this config again", "cached result")
         return None
     hist.cached = True
     return hist
 
 
+class RunningElsewhere(RuntimeError):
+    """Another process holds the lock of this config (run_or_load with wait=False)."""
+
+
+def _writable(root: Path) -> None:
+    """Create `root` or fail now, naming it, rather than after the training."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=root, prefix=".write-test.", delete=True)
+        probe.close()
+    except OSError as e:
+        raise ValueError(f"results root {str(root)!r} is not a writable folder ({type(e).__name__}: {e})") from None
+
+
+def _clear_leftovers(folder: Path) -> None:
+    """Temporary folders and files of this key left by a killed process (called under the key's lock)."""
+    for stale in folder.parent.glob(f".{folder.name}.*"):
+        if stale.name.endswith((".lock", ".partial")):
+            continue
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+    partial = _partial(folder).parent
+    for stale in partial.glob(".*.tmp") if partial.is_dir() else ():
+        stale.unlink(missing_ok=True)
+
+
 def partial_checkpoint(cfg, root=None, experiment: str = "default") -> Path:
     """Where an unfinished run of `cfg` keeps its checkpoint."""
-    return results_root(root) / experiment / f".{config_key(cfg)}.partial" / "checkpoint.pt"
+    return _partial(results_root(root) / experiment / config_key(cfg))
+
+
+def _partial(folder: Path) -> Path:
+    return folder.parent / f".{folder.name}.partial" / "checkpoint.pt"
 
 
 def run_or_load(cfg, root=None, experiment: str = "default", force: bool = False, progress: bool = True,
-                checkpoint_seconds: float = CHECKPOINT_SECONDS):
-    """The History of `cfg`: loaded from `root/experiment/<key>/` if there, else trained and stored.
+                checkpoint_seconds: float = CHECKPOINT_SECONDS, wait: bool = True):
+    """The History of `cfg`: loaded from `root/experiment/<key>/` if there and sound, else trained and stored.
 
     `force=True` trains again from scratch and replaces the stored result. An interrupted earlier
     attempt is resumed from its checkpoint (written every `checkpoint_seconds`; 0 writes one every
-    round). The returned History has `.cached` True when it was loaded.
+    round). While another process trains the same config, this one waits for it and loads its result
+    (`wait=False`: raises RunningElsewhere instead). The returned History has `.cached` True when it was
+    loaded.
     """
     dry = dry_run_settings()
     if dry is not None:
         return _dry_run(cfg, dry, root, experiment)
-    folder = results_root(root) / experiment / config_key(cfg)
+    key = config_key(cfg)
+    folder = results_root(root) / experiment / key
+    _writable(folder.parent)
+
+    def waiting():
+        warnings.warn(f"another process is training this config ({folder}); waiting for it", RuntimeWarning,
+                      stacklevel=4)
+
+    try:
+        with file_lock(folder.parent / f".{key}.lock", wait=wait, on_wait=waiting, remove=True):
+            return _run_or_load_locked(cfg, folder, force, progress, checkpoint_seconds)
+    except BlockingIOError:
+        raise RunningElsewhere(f"another process is training this config ({folder}); not waiting") from None
+
+
+def _run_or_load_locked(cfg, folder: Path, force: bool, progress: bool, checkpoint_seconds: float) -> History:
     if not force:
-        hist = _load_cached(folder)
+        hist = _load_cached(folder, cfg)
         if hist is not None:
             return hist
-    ckpt = partial_checkpoint(cfg, root, experiment)
+    _clear_leftovers(folder)
+    ckpt = _partial(folder)
     if force and ckpt.parent.exists():
         shutil.rmtree(ckpt.parent)
     resume = ckpt if ckpt.exists() else None
-    hist = run(cfg, progress=progress, resume_from=resume, checkpoint=ckpt, checkpoint_seconds=checkpoint_seconds)
-
-    def fill(tmp: Path):
-        (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
-        (tmp / "env.json").write_text(json.dumps(hist.env, indent=1, sort_keys=True))
-        hist.save(tmp / "history.json")
-
-    atomic_dir(folder, fill)
+    try:
+        hist = run(cfg, progress=progress, resume_from=resume, checkpoint=ckpt, checkpoint_seconds=checkpoint_seconds)
+    except CheckpointError as e:
+        _move_aside(ckpt.parent, f"{e} - starting this run from scratch", "checkpoint")
+        resume = None
+        hist = run(cfg, progress=progress, checkpoint=ckpt, checkpoint_seconds=checkpoint_seconds)
+    _store(folder, cfg, hist)
     shutil.rmtree(ckpt.parent, ignore_errors=True)
     hist.resumed_from = None if resume is None else str(resume)
     return hist
@@ -144,13 +253,13 @@ def _dry_run(cfg, dry: dict, root, experiment: str):
 
     short = _shortened(cfg, dry)
     folder = results_root(root) / experiment / config_key(short)
-    hist = _load_cached(folder)
+    hist = _load_cached(folder, short, files=("history.json",))
     trained = hist is None
     if trained:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         hist = run(short, progress=False)
-        atomic_dir(folder, lambda tmp: hist.save(tmp / "history.json"))
+        _store(folder, short, hist, files=("history.json",))
     record = {"notebook": dry.get("notebook"), "key": config_key(cfg), "method": cfg.method, "dataset": cfg.dataset,
               "model": cfg.model, "rounds": cfg.rounds, "clients_per_round": cfg.clients_per_round or cfg.n_clients,
               "sec_per_round": statistics.median(r["seconds"] for r in hist.rows[1:] or hist.rows),  # round 0 warms up
@@ -181,12 +290,14 @@ def run_many(cfgs, root=None, experiment: str = "default", workers: int | None =
     (workers are spawned); notebooks do not. Interrupted runs resume from their checkpoints.
     """
     cfgs = list(cfgs)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an integer >= 1 (or None: one per core); got {workers!r}")
     root = str(results_root(root))
     if dry_run_settings() is not None:  # a dry run times each config alone, in this process
         return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]
     missing = {}
     for cfg in cfgs:
-        if _load_cached(Path(root) / experiment / config_key(cfg)) is None:
+        if _load_cached(Path(root) / experiment / config_key(cfg), cfg) is None:
             missing.setdefault(config_key(cfg), cfg)
     workers = workers or os.cpu_count() or 1
     if missing and (workers == 1 or len(missing) == 1):

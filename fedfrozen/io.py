@@ -9,6 +9,7 @@ complete).
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import shutil
@@ -16,15 +17,35 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "atomic_dir", "environment", "project_root", "notebooks", "DRY_RUN_ENV", "dry_run_settings"]
+__all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "project_root", "notebooks", "DRY_RUN_ENV", "dry_run_settings",
+           "THREADS_ENV", "threads_setting"]
 
+THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _share(path: Path) -> None:
+    """Permissions by the user's umask (mkstemp/mkdtemp make 0600/0700: a group sharing results could not read)."""
+    mask = _umask()
+    if path.is_dir():
+        os.chmod(path, 0o777 & ~mask)
+        for sub in path.rglob("*"):
+            os.chmod(sub, (0o777 if sub.is_dir() else 0o666) & ~mask)
+    else:
+        os.chmod(path, 0o666 & ~mask)
 
 
 def atomic_write(path, write) -> Path:
     """Call `write(tmp_path)` on a temporary file beside `path`, then rename it to `path`.
 
     Parent folders are created; on any error the temporary file is removed and `path` is left as it was.
+    The file gets the permissions the user's umask gives a new file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,6 +53,7 @@ def atomic_write(path, write) -> Path:
     os.close(fd)
     try:
         write(tmp)
+        _share(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -40,21 +62,74 @@ def atomic_write(path, write) -> Path:
     return path
 
 
-def atomic_dir(folder, fill) -> Path:
+def atomic_dir(folder, fill, tries: int = 100) -> Path:
     """Call `fill(tmp_folder)` on a fresh temporary folder beside `folder`, then put it in `folder`'s place
-    (replacing an existing one). On any error the temporary folder is removed."""
+    (replacing an existing one, also while other processes do the same). On any error the temporary folder
+    is removed. Permissions follow the user's umask."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
         fill(tmp)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        _share(tmp)
+        for _ in range(tries):
+            try:
+                os.replace(tmp, folder)  # atomic where folder is absent (or an empty folder)
+                return folder
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                    raise
+            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old."))
+            try:  # move what is there aside (another writer may just have done so), then try again
+                os.replace(folder, old / "entry")
+            except FileNotFoundError:
+                pass
+            shutil.rmtree(old, ignore_errors=True)
+        raise OSError(f"could not put {folder} in place after {tries} tries: other processes keep replacing it")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return folder
+
+
+class file_lock:
+    """An exclusive advisory lock on `path` (created; flock, so the kernel releases it when a process dies).
+
+    `with file_lock(p, wait=True)`: blocks while another process holds it (calling `on_wait()` first, once);
+    with wait=False raises BlockingIOError instead. Where fcntl is missing (Windows) it locks nothing.
+    `remove=True` deletes the lock file when the block ends without an error (a process still waiting on the
+    old file then gets it and finds the work done, as does one that makes a new file).
+    """
+
+    def __init__(self, path, wait: bool = True, on_wait=None, remove: bool = False):
+        self.path, self.wait, self.on_wait, self.remove = Path(path), wait, on_wait, remove
+        self.fd = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not on Linux/macOS
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not self.wait:
+                os.close(self.fd)
+                self.fd = None
+                raise
+            if self.on_wait is not None:
+                self.on_wait()
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        if self.fd is not None:
+            if self.remove and exc_type is None:
+                self.path.unlink(missing_ok=True)  # still holding the lock
+            os.close(self.fd)  # closing releases the lock
+            self.fd = None
+        return False
 
 
 def _git_commit() -> str | None:
@@ -110,3 +185,17 @@ def dry_run_settings() -> dict | None:
 
     text = os.environ.get(DRY_RUN_ENV)
     return json.loads(text) if text else None
+
+
+def threads_setting() -> int | None:
+    """The CPU thread count FEDFROZEN_THREADS asks for (None: unset, torch's default); a ValueError naming it."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{THREADS_ENV} must be an integer >= 1; got {text!r}")
+    return n

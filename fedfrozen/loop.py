@@ -25,11 +25,11 @@ from . import batched, data, local, methods, models, partition, qkv
 from .config import Config
 from .flat import FlatParams
 from .history import History
-from .io import atomic_write, environment
+from .io import atomic_write, environment, threads_setting
 from .progress import progress_bar
 from .rng import derive_seed
 
-__all__ = ["run", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics", "prepare", "Setup",
+__all__ = ["run", "CheckpointError", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics", "prepare", "Setup",
            "save_checkpoint"]
 
 _EPS = 1e-12
@@ -101,6 +101,11 @@ class Setup:
         if cfg.model in models.PROJECT_MODELS:
             kw.setdefault("in_chans", train.x.shape[1])
             kw.setdefault("img_size", train.x.shape[2])
+            patch = kw.get("patch_size", models.PROJECT_MODELS[cfg.model].get("patch_size"))
+            if patch and kw["img_size"] % patch:
+                raise ValueError(f"model_kwargs: patch_size {patch} does not divide the {kw['img_size']}-pixel images "
+                                 f"of {cfg.dataset}; the last {kw['img_size'] % patch} rows and columns would be "
+                                 f"ignored")
         self.model = models.create(cfg.model, self.num_classes, **kw).to(device)
         if cfg.init not in ("random", "public"):
             _load_initial_weights(self.model, cfg.init)
@@ -114,16 +119,23 @@ def prepare(cfg: Config, train=None, test=None) -> Setup:
 
 
 def _load_initial_weights(model, path: str) -> None:
+    if not os.path.isfile(path):
+        raise ValueError(f"init must be 'random', 'public' or an existing state_dict file; no file {path!r}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ValueError(f"init must be 'random', 'public' or an existing state_dict file; "
-                         f"no file {path!r}") from None
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a file that is not a checkpoint
+        raise ValueError(f"init: {path!r} is not a torch state_dict ({type(e).__name__}: {str(e)[:200]})") from None
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise ValueError(f"init: {path!r} holds a {type(state).__name__}, not a state_dict of tensors")
     if any(".qkv.q." in k or ".self_attn.q." in k for k in state):
         qkv.split_qkv(model)
-    model.load_state_dict(state, strict=True)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ValueError(f"init: {path!r} does not fit the model {type(model).__name__} "
+                         f"({str(e).splitlines()[0][:200]} ...)") from None
 
 
 # --- evaluation ---------------------------------------------------------------------------
@@ -205,6 +217,11 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
     if resume_from is not None and not os.path.exists(resume_from):
         raise FileNotFoundError(f"resume_from: no checkpoint at {resume_from}")
     cfg.validate()
+    threads = threads_setting()
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    for said in cfg.warnings():
+        warnings.warn(said, UserWarning, stacklevel=2)
     method = methods.build(cfg)
     if cfg.engine == "batched" and not getattr(method, "batched", True):
         raise ValueError(batched.unsupported(method, torch.nn.Module()) + "; use engine='sequential' or 'auto'")
@@ -430,18 +447,38 @@ def save_checkpoint(path, cfg, next_round, x_global, method, hist, received_froz
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from (truncated, empty, missing keys, another config, cut short)."""
+
+
 def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
-    state = torch.load(path, map_location=x_global.device, weights_only=True)
+    try:
+        state = torch.load(path, map_location=x_global.device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); delete its "
+                              f"folder to start over") from None
+    keys = ("round", "x", "method", "rows", "diverged", "received_frozen", "config")
+    if not isinstance(state, dict) or any(k not in state for k in keys):
+        raise CheckpointError(f"checkpoint {path} is not a fedfrozen checkpoint (missing "
+                              f"{[k for k in keys if not isinstance(state, dict) or k not in state]})")
     cfg_d = cfg.to_dict()
     if state["config"] != cfg_d:
         diff = sorted(k for k in cfg_d if state["config"].get(k) != cfg_d[k])
-        raise ValueError(f"checkpoint {path} was written by a different config (fields {diff})")
+        raise CheckpointError(f"checkpoint {path} was written by a different config (fields {diff})")
+    start, rows = state["round"], state["rows"]
+    if not isinstance(start, int) or [r.get("round") for r in rows] != list(range(start)) \
+            or tuple(state["x"].shape) != tuple(x_global.shape):
+        raise CheckpointError(f"checkpoint {path} is inconsistent: next round {start!r}, {len(rows)} rows, "
+                              f"weights of shape {tuple(state['x'].shape)} for a model of {x_global.numel()}")
+    try:
+        method.load_state_dict(state["method"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {path}: the method state does not load ({type(e).__name__}: {e})") from None
     x_global.copy_(state["x"])
-    method.load_state_dict(state["method"])
-    hist.rows = list(state["rows"])
+    hist.rows = list(rows)
     hist.diverged = state["diverged"]
     received_frozen.update(state["received_frozen"])
-    return int(state["round"])
+    return start
 
 
 # public names of the helpers other runtimes share (fedfrozen.flower): the same rows, the same schedule

@@ -33,11 +33,13 @@ def pick(val_acc: dict) -> float:
 
 
 def select_learning_rates(methods, dataset: str = "cifar10", grid=PAPER_LR_GRID, rounds: int = 30,
-                          root=None, workers: int | None = None, base: dict | None = None, write: bool = True) -> dict:
+                          root=None, workers: int | None = None, base: dict | None = None, write: bool = True,
+                          overrides: dict | None = None) -> dict:
     """Select each method's local lr at the paper scale (or on `base` Config fields) and store it.
 
-    Returns {"lr": {method: lr}, "val_acc": {method: {lr: acc}}, "rule", "rounds", "grid", "dataset"};
-    with write=True (and no `base`) it is written to profiles.paper_lr_file(dataset, root).
+    `overrides` (Config fields) change the paper profile's settings (e.g. a data_root, a smaller
+    federation). Returns {"lr": {method: lr}, "val_acc": {method: {lr: acc}}, "rule", "rounds", "grid",
+    "dataset"}; with write=True (and no `base`) it is written to profiles.paper_lr_file(dataset, root).
     """
     methods = list(methods)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
@@ -45,7 +47,9 @@ def select_learning_rates(methods, dataset: str = "cifar10", grid=PAPER_LR_GRID,
     grid = sorted(float(g) for g in grid)
     if not grid or any(g <= 0 for g in grid):
         raise ValueError(f"grid must be positive learning rates; got {grid!r}")
-    fields = dict(base) if base is not None else federated("paper", paper_dataset=dataset)
+    fields = dict(base) if base is not None else {**federated("paper", paper_dataset=dataset), **(overrides or {})}
+    for owned in ("method", "lr"):  # set per selection run below (the paper profile's fields carry an lr)
+        fields.pop(owned, None)
     fields.update(rounds=rounds, warmup_rounds=max(1, rounds // 4), partition="dirichlet", alpha=0.1, seed=0)
     fields["lr_warmup_rounds"] = min(fields.get("lr_warmup_rounds", 0), rounds // 3)
     cfgs = [Config(method=m, lr=lr, **fields) for m in methods for lr in grid]  # validated before any training

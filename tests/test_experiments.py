@@ -19,7 +19,7 @@ def test_a_truncated_cached_history_is_moved_aside_and_trained_again(tmp_path):
     hist_file = tmp_path / "t" / experiments.config_key(cfg) / "history.json"
     text = hist_file.read_text()
     hist_file.write_text(text[: len(text) // 2])  # a crash mid-write by some other tool, a bad sync
-    with pytest.warns(RuntimeWarning, match=f"{hist_file}.*could not be read.*moved it to"):
+    with pytest.warns(RuntimeWarning, match=f"{hist_file.parent}: history.json changed since the digest.*moved it to"):
         again = ff.run_or_load(cfg, root=tmp_path, experiment="t", progress=False)
     assert not again.cached and again.same_as(first)
     aside = [p for p in (tmp_path / "t").iterdir() if ".corrupt-" in p.name]
@@ -38,7 +38,7 @@ def test_run_many_retrains_a_corrupt_entry(tmp_path):
     cfgs = [tiny_config(rounds=1, seed=s) for s in (0, 1)]
     ff.run_many(cfgs, root=tmp_path, experiment="t", workers=1, progress=False)
     (tmp_path / "t" / experiments.config_key(cfgs[1]) / "history.json").write_text("{")
-    with pytest.warns(RuntimeWarning, match="could not be read"):
+    with pytest.warns(RuntimeWarning, match="history.json changed since the digest"):
         hists = ff.run_many(cfgs, root=tmp_path, experiment="t", workers=1, progress=False)
     assert hists[0].cached and len(hists[1]) == 1
 

@@ -58,7 +58,11 @@ class AFedLF(Method):
                              f"forward_head); {type(model).__name__} is not one")
         self.layer, n_layers = layer_of_parameters(model, setup.flat)
         self.B = n_layers - 2
-        self.max_depth = min(self.cfg.afedlf_max_depth, self.B - 1) if self.cfg.afedlf_max_depth is not None else self.B - 1
+        depth = self.cfg.afedlf_max_depth
+        if depth is not None and depth > self.B - 1:  # refused like tlu_k, never clamped
+            raise ValueError(f"afedlf_max_depth must be at most {self.B - 1} (the model's {self.B} blocks less the "
+                             f"last, which always trains); got {depth}")
+        self.max_depth = self.B - 1 if depth is None else depth
         self.compute, self.bandwidth = device_profiles(self.cfg)
         el = setup.flat.element_size
         self.layer_bytes = [int((self.layer == i).sum()) * el for i in range(n_layers)]

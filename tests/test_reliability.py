@@ -1,0 +1,324 @@
+"""Nothing lost, nothing trusted blindly: bad values refused early and by name, damaged cache entries and
+checkpoints recovered, concurrent runs safe, and the command line's errors one line each."""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, tiny_config
+
+import fedfrozen as ff
+from fedfrozen import cli, experiments, io
+from fedfrozen.config import field_type
+
+# --- validation: generated from the field list, so a new field is covered without a new test ------------
+
+
+def _bad_values(name):
+    base, elem, optional = field_type(name)
+    bad = {bool: ["false", 1, 0.0], int: [1.5, "3", True, math.nan], float: [math.nan, math.inf, -math.inf, "0.1", True],
+           str: [3, b"x"], dict: [[1], "a=1"], tuple: [5, [object()]]}[base]
+    if not optional:
+        bad = [*bad, None]
+    return bad
+
+
+CASES = [(f.name, v) for f in dataclasses.fields(ff.Config) for v in _bad_values(f.name)]
+
+
+@pytest.mark.parametrize("name, value", CASES, ids=[f"{n}={v!r}" for n, v in CASES])
+def test_every_field_refuses_a_bad_value_by_name(name, value):
+    with pytest.raises(ValueError, match=rf"^{name} must"):
+        ff.Config(**{name: value})
+
+
+def test_a_config_changed_after_creation_is_checked_again_before_any_work(monkeypatch):
+    cfg = tiny_config()
+    cfg.lr = math.nan
+    monkeypatch.setattr(ff.data, "load", lambda *a, **k: pytest.fail("data loaded before validation"))
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        ff.run(cfg, progress=False)
+
+
+def test_one_run_has_one_key():
+    key = experiments.config_key
+    assert key(ff.Config(lr=1)) == key(ff.Config(lr=1.0))
+    assert key(ff.Config(n_clients=20, clients_per_round=20)) == key(ff.Config(n_clients=20))
+    assert ff.Config(freeze="qk").freeze == ("qk",) == ff.Config(freeze=["qk"]).freeze
+    assert ff.Config(fedslm_ranks=[4, 8]).fedslm_ranks == (4, 8)
+
+
+def test_values_that_change_the_run_silently_are_said_or_refused():
+    with pytest.warns(UserWarning, match=r"warmup_rounds \(3\) >= rounds \(3\).*'fedfrozen'"):
+        ff.run(tiny_config(method="fedfrozen", warmup_rounds=3, rounds=3), progress=False)
+    assert tiny_config(method="fedavg", warmup_rounds=3, rounds=3).warnings() == []
+    with pytest.raises(ValueError, match="patch_size 3 does not divide the 8-pixel images"):
+        ff.run(tiny_config(model_kwargs={**TINY, "patch_size": 3}), progress=False)
+
+
+def test_an_init_file_that_is_not_a_checkpoint_is_named(tmp_path):
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a checkpoint")
+    with pytest.raises(ValueError, match="init: .*junk.pt.* is not a torch state_dict"):
+        ff.run(tiny_config(init=str(junk)), progress=False)
+    wrong = tmp_path / "wrong.pt"
+    torch.save({"head.weight": torch.zeros(3, 3)}, wrong)
+    with pytest.raises(ValueError, match="init: .*wrong.pt.* does not fit the model"):
+        ff.run(tiny_config(init=str(wrong)), progress=False)
+
+
+def test_run_many_refuses_bad_workers(tmp_path):
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        ff.run_many([tiny_config()], root=tmp_path, workers=-1)
+
+
+def test_an_unwritable_results_root_is_found_before_training(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments, "run", lambda *a, **k: pytest.fail("trained before the root was checked"))
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    with pytest.raises(ValueError, match="results root .* is not a writable folder"):
+        ff.run_or_load(tiny_config(), root=afile, progress=False)
+
+
+# --- the cache verifies what it serves -----------------------------------------------------------------
+
+
+def _entry(tmp_path, cfg):
+    return tmp_path / "t" / experiments.config_key(cfg)
+
+
+def _redigest(folder):
+    digest = experiments._digest(folder)
+    (folder / "digest.json").write_text(json.dumps(digest))
+
+
+def _short(folder):  # a consistent-looking entry with 2 of 3 rows (digest rewritten to match)
+    d = json.loads((folder / "history.json").read_text())
+    d["rows"] = d["rows"][:2]
+    (folder / "history.json").write_text(json.dumps(d))
+    _redigest(folder)
+
+
+def _malformed_rows(folder):
+    d = json.loads((folder / "history.json").read_text())
+    d["rows"] = ["a", 1, None]
+    (folder / "history.json").write_text(json.dumps(d))
+    _redigest(folder)
+
+
+def _history_is_a_folder(folder):
+    (folder / "history.json").unlink()
+    (folder / "history.json").mkdir()
+
+
+def _edited_env(folder):
+    (folder / "env.json").write_text("{}")
+
+
+def _no_digest(folder):
+    (folder / "digest.json").unlink()
+
+
+def _entry_is_a_file(folder):
+    import shutil
+
+    shutil.rmtree(folder)
+    folder.write_text("x")
+
+
+DAMAGE = [_short, _malformed_rows, _history_is_a_folder, _edited_env, _no_digest, _entry_is_a_file]
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=[d.__name__.strip("_") for d in DAMAGE])
+def test_a_damaged_entry_is_moved_aside_and_trained_again(tmp_path, damage):
+    cfg = tiny_config(rounds=3)
+    first = ff.run_or_load(cfg, root=tmp_path, experiment="t", progress=False)
+    folder = _entry(tmp_path, cfg)
+    damage(folder)
+    with pytest.warns(RuntimeWarning, match=f"cached result {folder}: .*moved it to"):
+        again = ff.run_or_load(cfg, root=tmp_path, experiment="t", progress=False)
+    assert not again.cached and again.same_as(first)
+    assert len([p for p in folder.parent.iterdir() if ".corrupt-" in p.name]) == 1
+    assert ff.run_or_load(cfg, root=tmp_path, experiment="t", progress=False).cached
+
+
+def _truncate(ckpt):
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+
+
+def _empty(ckpt):
+    ckpt.write_bytes(b"")
+
+
+def _missing_keys(ckpt):
+    state = torch.load(ckpt, weights_only=True)
+    del state["method"]
+    torch.save(state, ckpt)
+
+
+def _cut_short(ckpt):
+    state = torch.load(ckpt, weights_only=True)
+    state["rows"] = state["rows"][:1]
+    torch.save(state, ckpt)
+
+
+CKPT_DAMAGE = [_truncate, _empty, _missing_keys, _cut_short]
+
+
+@pytest.mark.parametrize("damage", CKPT_DAMAGE, ids=[d.__name__.strip("_") for d in CKPT_DAMAGE])
+def test_a_damaged_checkpoint_is_moved_aside_and_the_run_starts_over(tmp_path, damage):
+    cfg = tiny_config(rounds=3)
+    reference = ff.run(cfg, progress=False)
+    ckpt = experiments.partial_checkpoint(cfg, tmp_path, "t")
+    ff.run(cfg, callbacks=[lambda r, row, h: r == 1], checkpoint=ckpt, progress=False)  # stopped after round 1
+    damage(ckpt)
+    with pytest.warns(RuntimeWarning, match=f"checkpoint {ckpt.parent}: .*starting this run from scratch"):
+        hist = ff.run_or_load(cfg, root=tmp_path, experiment="t", progress=False)
+    assert hist.same_as(reference) and hist.resumed_from is None
+    assert not ckpt.parent.exists()
+
+
+def test_leftovers_of_a_killed_write_are_cleared(tmp_path):
+    cfg = tiny_config(rounds=1)
+    stale = tmp_path / "t" / f".{experiments.config_key(cfg)}.x1y2z3"
+    stale.mkdir(parents=True)
+    (stale / "history.json").write_text("{")
+    ff.run_or_load(cfg, root=tmp_path, experiment="t", progress=False)
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [experiments.config_key(cfg)]
+
+
+def test_entries_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        ff.run_or_load(tiny_config(rounds=1), root=tmp_path, experiment="t", progress=False)
+    finally:
+        os.umask(old)
+    entry = next((tmp_path / "t").iterdir())
+    assert entry.stat().st_mode & 0o777 == 0o755
+    assert all(f.stat().st_mode & 0o777 == 0o644 for f in entry.iterdir())
+
+
+# --- concurrency ---------------------------------------------------------------------------------------
+
+_RUN = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    from conftest import tiny_config
+    import fedfrozen as ff
+    h = ff.run_or_load(tiny_config(rounds=3), root={root!r}, experiment="t", progress=False)
+    print(json.dumps({{"cached": h.cached, "rows": h.without_wall_clock()}}))
+""")
+
+
+def test_two_processes_with_one_config_train_it_once(tmp_path):
+    code = _RUN.format(tests=str(Path(__file__).parent), root=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+    assert sorted(r["cached"] for r in results) == [False, True]  # one trained, the other waited and loaded
+    assert results[0]["rows"] == results[1]["rows"]
+
+
+_WRITES = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from fedfrozen.io import atomic_dir
+    for i in range(300):
+        atomic_dir(Path({folder!r}), lambda tmp: (tmp / "history.json").write_text("x" * 1000 + str(i)))
+""")
+
+
+def test_concurrent_final_writes_never_fail(tmp_path):
+    folder = tmp_path / "entry"
+    code = _WRITES.format(folder=str(folder))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-2000:] for e in errs]
+    assert (folder / "history.json").read_text().startswith("x" * 1000)
+    assert [p.name for p in tmp_path.iterdir()] == ["entry"]  # no temporary folder outlives the writes
+
+
+def test_a_second_process_can_refuse_to_wait(tmp_path):
+    cfg = tiny_config(rounds=1)
+    lock = tmp_path / "t" / f".{experiments.config_key(cfg)}.lock"
+    with io.file_lock(lock):
+        with pytest.raises(experiments.RunningElsewhere, match="another process is training this config"):
+            ff.run_or_load(cfg, root=tmp_path, experiment="t", progress=False, wait=False)
+
+
+# --- the command line ----------------------------------------------------------------------------------
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert cli.main(["run", "--config", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"fedfrozen: error: --config {str(tmp_path)!r}: is a directory, not a file"]
+    bad = tmp_path / "c.json"
+    bad.write_text("{nope")
+    assert cli.main(["run", "--config", str(bad), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "c.json" in err[0] and "not valid JSON" in err[0]
+    bad.write_text(json.dumps({"download": "false"}))
+    assert cli.main(["run", "--config", str(bad), "--out", str(tmp_path)]) == 2
+    assert "download must be True or False; got 'false'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--out", ""])
+    assert "must name a folder" in capsys.readouterr().err
+
+
+def test_every_config_field_has_a_flag_tuples_included():
+    parser = cli.build_parser()
+    args = parser.parse_args(["run", "--fedslm-ranks", "4", "8", "--freeze", "qk", "v", "--lr", "0.1"])
+    cfg = cli.config_from_args(args)
+    assert cfg.fedslm_ranks == (4, 8) and cfg.freeze == ("qk", "v") and cfg.lr == 0.1
+    run = parser._subparsers._group_actions[0].choices["run"]
+    flags = {o for a in run._actions for o in a.option_strings}
+    assert all("--" + f.name.replace("_", "-") in flags for f in dataclasses.fields(ff.Config))
+
+
+def test_reproduce_with_an_unknown_notebook_creates_nothing(tmp_path, monkeypatch, capsys):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["reproduce", "--profile", "smoke", "--only", "99"]) == 2
+    assert "no notebook numbered" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+
+
+def test_select_lr_end_to_end(tmp_path, capsys):
+    data = tmp_path / "data"
+    ff.data.write_fake_cifar("cifar10", data, per_class=10, test_per_class=2)
+    settings = tmp_path / "small.json"
+    settings.write_text(json.dumps(dict(data_root=str(data), download=False, model_kwargs=TINY, n_clients=4,
+                                        clients_per_round=2, batch_size=8, local_steps=1, local_epochs=None,
+                                        eval_every=1, augment=False)))
+    out = tmp_path / "results"
+    assert cli.main(["select-lr", "--methods", "fedavg", "--rounds", "2", "--grid", "1e-3", "1e-2",
+                     "--out", str(out), "--config", str(settings)]) == 0
+    written = json.loads((out / "cifar10" / "paper_lr.json").read_text())
+    assert written["lr"]["fedavg"] in (1e-3, 1e-2) and set(written["val_acc"]["fedavg"]) == {"0.001", "0.01"}
+    assert "written to" in capsys.readouterr().out
+
+
+def test_threads_are_set_by_flag_or_environment(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setenv(io.THREADS_ENV, "1")
+    try:
+        ff.run(tiny_config(rounds=1), progress=False)
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv(io.THREADS_ENV, "many")
+        with pytest.raises(ValueError, match="FEDFROZEN_THREADS must be an integer >= 1; got 'many'"):
+            ff.run(tiny_config(rounds=1), progress=False)
+        monkeypatch.delenv(io.THREADS_ENV)
+        assert cli.main(["--threads", "1", "methods"]) == 0 and os.environ[io.THREADS_ENV] == "1"
+    finally:
+        torch.set_num_threads(before)
+        os.environ.pop(io.THREADS_ENV, None)
