@@ -177,19 +177,16 @@ class Config:
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
 
-        def integer(name, lo, none_ok=False):
+        # types (and None) were checked from the annotations by _check_types: these are the ranges
+        def integer(name, lo):
             value = getattr(self, name)
-            if value is None and none_ok:
-                return
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            if value is not None and value < lo:
                 raise ValueError(f"{name} must be an integer >= {lo}; got {value!r}")
 
-        def number(name, lo, hi=float("inf"), lo_open=False, none_ok=False):
+        def number(name, lo, hi=float("inf"), lo_open=False):
             value = getattr(self, name)
-            if value is None and none_ok:
+            if value is None:
                 return
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number; got {value!r}")
             if (value <= lo if lo_open else value < lo) or value > hi:
                 bound = f"> {lo}" if lo_open else f">= {lo}"
                 raise ValueError(f"{name} must be {bound}" + (f" and <= {hi}" if hi < float("inf") else "")
@@ -200,7 +197,7 @@ class Config:
         number("alpha", 0, lo_open=True)
         integer("classes_per_client", 1)
         integer("n_clients", 1)
-        integer("clients_per_round", 1, none_ok=True)
+        integer("clients_per_round", 1)
         if self.clients_per_round is not None and self.clients_per_round > self.n_clients:
             raise ValueError(f"clients_per_round ({self.clients_per_round}) must not exceed "
                              f"n_clients ({self.n_clients})")
@@ -222,8 +219,8 @@ class Config:
         integer("rounds", 1)
         if self.local_epochs is not None and self.local_steps is not None:
             raise ValueError("give exactly one of local_epochs and local_steps, not both")
-        integer("local_epochs", 1, none_ok=True)
-        integer("local_steps", 1, none_ok=True)
+        integer("local_epochs", 1)
+        integer("local_steps", 1)
         integer("batch_size", 1)
         choice("optimizer", ("sgd", "adamw"))
         number("lr", 0, lo_open=True)
@@ -233,10 +230,8 @@ class Config:
         integer("lr_warmup_rounds", 0)
         if self.lr_warmup_rounds >= self.rounds and self.lr_warmup_rounds:
             raise ValueError(f"lr_warmup_rounds ({self.lr_warmup_rounds}) must be below rounds ({self.rounds})")
-        if self.augment is not None and not isinstance(self.augment, bool):
-            raise ValueError(f"augment must be True, False or None (by dataset); got {self.augment!r}")
-        number("grad_clip", 0, lo_open=True, none_ok=True)
-        if not isinstance(self.model, str) or not self.model:
+        number("grad_clip", 0, lo_open=True)
+        if not self.model:
             raise ValueError(f"model must be a model name; got {self.model!r}")
         choice("method", methods.names())
         integer("warmup_rounds", 0)
@@ -253,12 +248,12 @@ class Config:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
         ranks = self.fedslm_ranks
-        if any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ranks):
+        if any(r < 1 for r in ranks):
             raise ValueError(f"fedslm_ranks must be integers >= 1 (or empty: the default ranks); got {ranks!r}")
         if any(b <= a for a, b in zip(ranks, ranks[1:])):
             raise ValueError(f"fedslm_ranks must be increasing (r_1 < ... < r_G); got {ranks!r}")
         integer("fedslm_adapter_rank", 0)
-        integer("fedsteer_core", 1, none_ok=True)
+        integer("fedsteer_core", 1)
         if self.fedsteer_core is not None and self.fedsteer_core > self.n_clients and self.method == "fedsteer":
             raise ValueError(f"fedsteer_core ({self.fedsteer_core}) must not exceed n_clients ({self.n_clients}): "
                              "the core set is drawn from the clients")
@@ -269,25 +264,23 @@ class Config:
         number("fedadamw_gamma", 0, 1)
         if self.fedadamw_gamma >= 1:
             raise ValueError(f"fedadamw_gamma must be in [0, 1); got {self.fedadamw_gamma!r}")
-        if not isinstance(self.fedadamw_server_moments, bool):
-            raise ValueError(f"fedadamw_server_moments must be True or False; got {self.fedadamw_server_moments!r}")
         number("freeze_tau", 0)
         number("freeze_rho", 0)
         integer("freeze_patience", 1)
-        integer("tlu_k", 1, none_ok=True)
-        integer("afedlf_max_depth", 0, none_ok=True)
+        integer("tlu_k", 1)
+        integer("afedlf_max_depth", 0)
         number("head_sparsity", 0, 1)
         if self.head_sparsity >= 1:
             raise ValueError(f"head_sparsity must be in [0, 1): at least one head trains; got {self.head_sparsity!r}")
         choice("head_weighting", ("confidence", "uniform"))
         number("prox_mu", 0)
         number("feddyn_alpha", 0, lo_open=True)
-        number("server_lr", 0, lo_open=True, none_ok=True)
+        number("server_lr", 0, lo_open=True)
         number("server_momentum", 0, 1)
         number("server_beta1", 0, 1)
         number("server_beta2", 0, 1)
         number("server_tau", 0, lo_open=True)
-        if not isinstance(self.init, str) or not self.init:
+        if not self.init:
             raise ValueError(f"init must be 'random', 'public' or a path; got {self.init!r}")
         integer("server_pretrain_epochs", 0)
         if self.init == "public" and (self.public_fraction <= 0 or self.server_pretrain_epochs < 1):
@@ -296,9 +289,7 @@ class Config:
         choice("device", ("auto", "cpu", "cuda"))
         integer("eval_every", 1)
         choice("engine", ("sequential", "batched", "auto"))
-        integer("engine_chunk", 1, none_ok=True)
-        if not isinstance(self.engine_compile, bool):
-            raise ValueError(f"engine_compile must be True or False; got {self.engine_compile!r}")
+        integer("engine_chunk", 1)
         methods.build(self)  # the method's own checks (component compatibility)
 
     def warnings(self) -> list[str]:

@@ -177,8 +177,13 @@ def _read_torchvision(name: str, root: str, download: bool) -> tuple[Split, Spli
             f"Fetch it with fedfrozen.data.load({name!r}, root={root!r}, download=True) "
             f"or on the command line with `fedfrozen run --dataset {name} --download`.")
     download = download and bool(missing)  # files already there are read, never fetched again
-    train = _open_torchvision(name, root, True, download)
-    test = _open_torchvision(name, root, False, download)
+    try:
+        train = _open_torchvision(name, root, True, download)
+        test = _open_torchvision(name, root, False, download)
+    except (OSError, RuntimeError) as e:  # no network, a refused or broken download, a damaged file
+        raise ValueError(f"dataset {name!r} at {root!r}: {'download' if download else 'reading'} failed "
+                         f"({type(e).__name__}: {str(e)[:200]}); put torchvision's files for {name} in {root!r} "
+                         f"and run again") from None
     return _to_split(train, name), _to_split(test, name)
 
 

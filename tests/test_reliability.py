@@ -322,3 +322,14 @@ def test_threads_are_set_by_flag_or_environment(monkeypatch):
     finally:
         torch.set_num_threads(before)
         os.environ.pop(io.THREADS_ENV, None)
+
+
+def test_a_failed_download_is_one_clear_error(tmp_path, monkeypatch):
+    from fedfrozen import data
+
+    def offline(*a, **k):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(data, "_open_torchvision", offline)
+    with pytest.raises(ValueError, match=r"dataset 'cifar10' at .*: download failed \(OSError: Name or service"):
+        data.load("cifar10", root=str(tmp_path), download=True)
