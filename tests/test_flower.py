@@ -20,17 +20,31 @@ def flower_history(cfg, tmp_path, **kw) -> ff.History:
     return ff.History.load(out)
 
 
-def leftover_processes(wait: float = 20.0) -> list[str]:
-    """Ray or Flower processes still running `wait` seconds after the run (they take a moment to exit);
-    exited ones waiting to be reaped by their parent (state Z) do not count."""
+_NAMES = ("raylet", "ray::", "gcs_server", "flower-superlink", "flower-superexec", "flower-supernode",
+          "flwr-serverapp", "flwr-clientapp", "flwr-simulation")
+_BEFORE: set[int] = set()
+
+
+def _flower_processes() -> list[tuple[int, str]]:
     from fedfrozen.flower.launch import process_table
 
-    names = ("raylet", "ray::", "gcs_server", "flower-superlink", "flower-superexec", "flower-supernode",
-             "flwr-serverapp", "flwr-clientapp", "flwr-simulation")
+    return [(pid, args) for pid, _, state, args in process_table() if state != "Z" and any(k in args for k in _NAMES)]
+
+
+@pytest.fixture(autouse=True)
+def _processes_before():
+    """The Ray/Flower processes already running when a test starts (another job's, a CI run beside this one):
+    not the test's to answer for."""
+    _BEFORE.clear()
+    _BEFORE.update(pid for pid, _ in _flower_processes())
+
+
+def leftover_processes(wait: float = 20.0) -> list[str]:
+    """Ray or Flower processes this test started that still run `wait` seconds after the run (they take a
+    moment to exit); exited ones waiting to be reaped by their parent (state Z) do not count."""
     deadline = time.time() + wait
     while True:
-        left = [f"{pid} {args}" for pid, _, state, args in process_table()
-                if state != "Z" and any(k in args for k in names)]
+        left = [f"{pid} {args}" for pid, args in _flower_processes() if pid not in _BEFORE]
         if not left or time.time() > deadline:
             return left
         time.sleep(0.5)
