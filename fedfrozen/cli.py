@@ -202,8 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedfrozen", description=__doc__.splitlines()[0])
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     p.add_argument("--threads", type=_threads, default=None,
-                   help="CPU threads for torch in every run (sets FEDFROZEN_THREADS; unset: torch's default, one per "
-                        "core; on a shared or busy machine 1 is much faster: README)")
+                   help="CPU threads for torch in every run (sets FEDFROZEN_THREADS; default: FEDFROZEN_THREADS if set, "
+                        "else 1, which on small models is as fast idle and much faster on a busy machine: README)")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one federated run (flags mirror fedfrozen.Config)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -251,8 +251,10 @@ def main(argv=None) -> int:
     """Run a subcommand; any error is one line `fedfrozen: error: ...` and exit status 2 (1 for a failed run)
     unless --debug, which shows the traceback. --threads N sets FEDFROZEN_THREADS, which every run reads."""
     args = build_parser().parse_args(argv)
-    if args.threads is not None:  # read by every run, here and in the notebook kernels `reproduce` starts
-        os.environ[THREADS_ENV] = str(args.threads)
+    # read by every run, here and in the notebook kernels `reproduce` starts; 1 unless said otherwise (README:
+    # on the 2-core machine a second thread gains nothing idle and costs 2.4x when other work runs)
+    if args.threads is not None or not os.environ.get(THREADS_ENV):
+        os.environ[THREADS_ENV] = str(args.threads or 1)
     try:
         return args.func(args)
     except KeyboardInterrupt:

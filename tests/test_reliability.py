@@ -318,7 +318,8 @@ def test_threads_are_set_by_flag_or_environment(monkeypatch):
         with pytest.raises(ValueError, match="FEDFROZEN_THREADS must be an integer >= 1; got 'many'"):
             ff.run(tiny_config(rounds=1), progress=False)
         monkeypatch.delenv(io.THREADS_ENV)
-        assert cli.main(["--threads", "1", "methods"]) == 0 and os.environ[io.THREADS_ENV] == "1"
+        assert cli.main(["methods"]) == 0 and os.environ[io.THREADS_ENV] == "1"  # the command line's default
+        assert cli.main(["--threads", "2", "methods"]) == 0 and os.environ[io.THREADS_ENV] == "2"
     finally:
         torch.set_num_threads(before)
         os.environ.pop(io.THREADS_ENV, None)
