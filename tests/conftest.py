@@ -40,3 +40,16 @@ def resumed(cfg, tmp_path, stop_after: int = 1):
     ckpt = tmp_path / "resume.pt"
     ff.run(cfg, callbacks=[lambda r, row, h: r == stop_after], checkpoint=ckpt, progress=False)
     return ff.run(cfg, resume_from=ckpt, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _threads_as_they_were(monkeypatch):
+    """`fedfrozen.cli.main` sets FEDFROZEN_THREADS (and runs then set torch's threads): undone after each test."""
+    import torch
+
+    from fedfrozen.io import THREADS_ENV
+
+    monkeypatch.setenv(THREADS_ENV, "")  # teardown restores the variable as it was before the test
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
