@@ -16,6 +16,8 @@ from .qkv import GROUPS
 __all__ = ["Config", "field_type"]
 
 _HINTS: dict = {}
+# thresholds whose limit means something: freeze_tau=inf (every round is a plateau), freeze_rho=inf (never freeze)
+_INFINITY_OK = frozenset({"freeze_tau", "freeze_rho"})
 
 
 def field_type(name: str) -> tuple:
@@ -80,8 +82,8 @@ class Config:
     local_objective: str | None = None  # override: plain | prox | scaffold | feddyn
     server_opt: str | None = None      # override: avg | momentum | adam | yogi | adagrad | feddyn
     freeze_schedule: str | None = None  # override: none | warmup | start | kernel_plateau | drift_ratio
-    freeze_tau: float = 0.01           # kernel_plateau: relative kernel change below which a round counts as a plateau
-    freeze_rho: float = 4.0            # drift_ratio: freeze when qk drift exceeds rho times v drift (chosen on the simulator)
+    freeze_tau: float = 0.01           # kernel_plateau: relative kernel change below which a round counts as a plateau (inf: every round)
+    freeze_rho: float = 4.0            # drift_ratio: freeze when qk drift exceeds rho times v drift (chosen on the simulator; inf: never)
     freeze_patience: int = 3           # adaptive schedules: consecutive rounds the condition must hold
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha
@@ -152,8 +154,9 @@ class Config:
                 ok = isinstance(value, int) and not isinstance(value, bool)
                 want = "an integer"
             elif base is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                want = "a finite number"
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                    math.isfinite(value) or f.name in _INFINITY_OK and value == math.inf)
+                want = "a finite number" + (" or inf" if f.name in _INFINITY_OK else "")
             elif base is str:
                 ok = isinstance(value, str)
                 want = "a string"

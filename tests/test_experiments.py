@@ -10,7 +10,7 @@ import pytest
 from conftest import TINY, tiny_config
 
 import fedfrozen as ff
-from fedfrozen import experiments
+from fedfrozen import experiments, io
 
 
 def test_a_truncated_cached_history_is_moved_aside_and_trained_again(tmp_path):
@@ -63,7 +63,7 @@ def _cli_args(out):
             "--device", "cpu"]
 
 
-def test_fedfrozen_run_killed_with_sigkill_continues_on_rerun_and_equals_an_uninterrupted_run(tmp_path):
+def test_fedfrozen_run_killed_with_sigkill_continues_on_rerun_and_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     cfg = tiny_config(method="fedfrozen", rounds=120, warmup_rounds=60)
     ckpt = experiments.partial_checkpoint(cfg, tmp_path, "cli")
     env = {**os.environ, "FEDFROZEN_PROGRESS": "0"}
@@ -85,4 +85,5 @@ def test_fedfrozen_run_killed_with_sigkill_continues_on_rerun_and_equals_an_unin
     assert out.returncode == 0, out.stderr
     assert "(resumed)" in out.stdout
     resumed = ff.History.load(folder / "history.json")
+    monkeypatch.setenv(io.THREADS_ENV, "1")  # the command line's thread count (float sums differ across counts)
     assert resumed.same_as(ff.run(cfg, progress=False))
