@@ -170,7 +170,7 @@ def test_cache_hit_does_not_train_again(tmp_path, monkeypatch):
     first = ff.run_or_load(cfg, root=str(tmp_path), experiment="t", progress=False)
     assert not first.cached
     folder = tmp_path / "t" / ff.experiments.config_key(cfg)
-    assert {p.name for p in folder.iterdir()} == {"config.json", "env.json", "history.json"}
+    assert {p.name for p in folder.iterdir()} == {"config.json", "env.json", "history.json", "digest.json"}
     monkeypatch.setattr(loop, "run", lambda *a, **k: pytest.fail("trained again"))
     second = ff.run_or_load(cfg, root=str(tmp_path), experiment="t")
     assert second.cached and second.same_as(first)
