@@ -4,17 +4,21 @@
 (N, C, H, W), `.y` an int64 tensor (N,), `.classes` and `.name`. The embedded default is
 scikit-learn's bundled 8x8 digits (nothing to download); CIFAR-10/100, SVHN and Fashion-MNIST
 are read from torchvision's on-disk formats under `root` and downloaded only when asked.
+Fashion-MNIST (the cpu profile's dataset) is also found where Debian's `dataset-fashion-mnist`
+package puts it (`FASHION_MNIST_SYSTEM_DIR`), so it needs no network on such a machine.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["Split", "load", "from_tensors", "write_fake_cifar", "DATASETS"]
+__all__ = ["Split", "load", "from_tensors", "write_fake_cifar", "write_idx", "read_idx", "DATASETS",
+           "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations"]
 
 
 @dataclass
@@ -187,6 +191,97 @@ def _read_torchvision(name: str, root: str, download: bool) -> tuple[Split, Spli
     return _to_split(train, name), _to_split(test, name)
 
 
+# --- Fashion-MNIST: IDX files, from data/, the Debian package, or a download ---------------
+
+FASHION_MNIST_SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"  # Debian: apt-get install dataset-fashion-mnist
+FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+                         "Bag", "Ankle boot"]
+_FMNIST_STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte")
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Read one IDX file (LeCun's MNIST format: magic 0x0000TTDD, DD dimensions of big-endian uint32,
+    then the data), plain or gzip-compressed (by its `.gz` name); a clear error for anything else."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex() or 'empty'})")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    dtype = np.dtype(_IDX_DTYPES[raw[2]])
+    start, count = 4 + 4 * ndim, int(np.prod(shape)) if shape else 0
+    if len(raw) - start != count * dtype.itemsize:
+        raise ValueError(f"{path}: header says {shape} ({count * dtype.itemsize} bytes of data), "
+                         f"the file holds {len(raw) - start}")
+    return np.frombuffer(raw, dtype=dtype, offset=start).reshape(shape)
+
+
+def write_idx(path, arr: np.ndarray) -> str:
+    """Write `arr` (uint8) as an IDX file, gzip-compressed when `path` ends in `.gz` (for tests and stand-ins)."""
+    arr = np.ascontiguousarray(arr, dtype=np.uint8)
+    header = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(header + arr.tobytes())
+    return str(path)
+
+
+def _idx_files(folder: str) -> list[str] | None:
+    """The four Fashion-MNIST files in `folder` (each plain or .gz), or None if any is missing."""
+    found = []
+    for stem in _FMNIST_STEMS:
+        path = next((os.path.join(folder, stem + ext) for ext in ("", ".gz")
+                     if os.path.isfile(os.path.join(folder, stem + ext))), None)
+        if path is None:
+            return None
+        found.append(path)
+    return found
+
+
+def fashion_mnist_locations(root: str) -> list[str]:
+    """Where `load("fashion_mnist", root)` looks, in order: torchvision's layout under `root`, then Debian's."""
+    return [os.path.join(root, "FashionMNIST", "raw"), FASHION_MNIST_SYSTEM_DIR]
+
+
+def _load_fashion_mnist(root: str, download: bool) -> tuple[Split, Split]:
+    places = fashion_mnist_locations(root)
+    files = next((f for f in map(_idx_files, places) if f), None)
+    if files is None:
+        if not download:
+            raise FileNotFoundError(
+                f"dataset 'fashion_mnist' was found in none of its three sources: (1) torchvision's files under "
+                f"{places[0]!r}; (2) Debian's package at {places[1]!r} (`apt-get install dataset-fashion-mnist`); "
+                f"(3) a download: fedfrozen.data.load('fashion_mnist', root={root!r}, download=True) "
+                f"or `fedfrozen run --dataset fashion_mnist --download`")
+        try:
+            _open_torchvision("fashion_mnist", root, True, True)
+            _open_torchvision("fashion_mnist", root, False, True)
+        except (OSError, RuntimeError) as e:
+            raise ValueError(f"dataset 'fashion_mnist': the download to {root!r} failed ({type(e).__name__}: "
+                             f"{str(e)[:200]}); install Debian's dataset-fashion-mnist or put the four IDX "
+                             f"files in {places[0]!r}") from None
+        files = _idx_files(places[0])
+    stamp = ("fashion_mnist",) + tuple((os.path.abspath(p), os.path.getsize(p), os.path.getmtime(p)) for p in files)
+    if stamp not in _MEMO:
+        _MEMO.clear()
+        arrays = [read_idx(p) for p in files]
+        for (img, lab), split in ((arrays[:2], "train"), (arrays[2:], "test")):
+            if img.ndim != 3 or lab.ndim != 1 or len(img) != len(lab):
+                raise ValueError(f"fashion_mnist {split} files disagree: images {img.shape}, labels {lab.shape} "
+                                 f"({files[0 if split == 'train' else 2]})")
+        mean, std = _STATS["fashion_mnist"]
+        splits = []
+        for img, lab in (arrays[:2], arrays[2:]):
+            x = torch.from_numpy(img.astype(np.float32)).div_(255.0).sub_(mean[0]).div_(std[0]).unsqueeze(1)
+            splits.append(Split(x.contiguous(), torch.from_numpy(lab.astype(np.int64)), list(FASHION_MNIST_CLASSES),
+                                "fashion_mnist"))
+        _MEMO[stamp] = tuple(splits)
+    return _MEMO[stamp]
+
+
 DATASETS = ("digits", "cifar10", "cifar100", "svhn", "fashion_mnist")
 
 
@@ -194,12 +289,17 @@ def load(name: str, root: str = "data", download: bool = False) -> tuple[Split, 
     """Load dataset `name` as `(train, test)` Splits of normalised tensors.
 
     `digits` is embedded (scikit-learn); the others are read from `root` in torchvision's
-    format and fetched only with `download=True`.
+    format and fetched only with `download=True`. `fashion_mnist` is looked for, in order, in
+    `root`/FashionMNIST/raw (plain or .gz IDX files), at FASHION_MNIST_SYSTEM_DIR (Debian's
+    package), then downloaded if `download=True`; the loaded tensors are kept while the files are
+    unchanged (treat them as read-only).
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}")
     if name == "digits":
         return _load_digits()
+    if name == "fashion_mnist":
+        return _load_fashion_mnist(root, download)
     return _load_torchvision(name, root, download)
 
 

@@ -109,10 +109,10 @@ def best_by(df, x: str, y: str, by: str, maximize: bool = False) -> dict:
 
 def plot_regime_map(table, fraction: float, ax=None, higher_is_better: bool = True, title: str | None = None):
     """Heat map of one T0/T of a regime map (fedfrozen.regime.regime_map): rows (start, local epochs),
-    columns alpha. The colour is the gap FedFrozen - FedAvg in units of its spread (the one rule's yardstick),
-    clipped to +-2: pale within the spread (|gap| <= spread), strong beyond it; blue where FedFrozen is better
-    (for a measure where lower is better pass higher_is_better=False). The text is the gap, '*' where it is
-    beyond the spread; cells not run are grey."""
+    columns alpha. The colour is the paired gap FedFrozen - FedAvg in units of its 95% half-width (the one rule's
+    yardstick, tables.PAIRED_RULE), clipped to +-2: pale where no difference is resolved (|gap| <= half-width),
+    strong beyond it; blue where FedFrozen is better (for a measure where lower is better pass
+    higher_is_better=False). The text is the gap, '*' where it is resolved; cells not run are grey."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -124,7 +124,8 @@ def plot_regime_map(table, fraction: float, ax=None, higher_is_better: bool = Tr
     texts = {}
     for _, r in sub.iterrows():
         i, j = rows.index((r["start"], int(r["local_epochs"]))), alphas.index(r["alpha"])
-        z = r["gap"] / r["spread"] if r["spread"] > 0 else np.sign(r["gap"]) * 2.0
+        hw = r["half_width"]
+        z = r["gap"] / hw if 0 < hw < np.inf else np.sign(r["gap"]) * 2.0 if hw == 0 else 0.0
         values[i, j] = z if higher_is_better else -z
         texts[i, j] = f"{r['gap']:+.3f}" + ("*" if r["verdict"] in ("better", "worse") else "")
     cmap = plt.get_cmap("RdBu").copy()
@@ -136,5 +137,5 @@ def plot_regime_map(table, fraction: float, ax=None, higher_is_better: bool = Tr
     ax.set_yticks(range(len(rows)), [f"{s}, E={e}" for s, e in rows])
     ax.set_xlabel("Dirichlet alpha")
     ax.set_title(title or f"T0/T = {fraction:g}", fontsize=9)
-    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="gap / spread")
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="gap / 95% half-width")
     return ax

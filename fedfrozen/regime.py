@@ -3,13 +3,13 @@
 A *cell* is one setting: Dirichlet heterogeneity `alpha`, local work (`local_epochs`), starting point
 (`start`: "scratch", or "warm" = the server pre-trains on a public split before round 0) and the
 warm-up length as a fraction of the rounds (`fraction` = T0 / T). Its value in a measure is FedFrozen
-minus FedAvg (same alpha, local work and start) over seeds, judged by the one rule of
-`fedfrozen.tables` (SPREAD_RULE): better, worse, or within the spread.
+minus FedAvg (same alpha, local work and start), paired seed by seed and judged by the one rule of
+`fedfrozen.tables` (PAIRED_RULE): better, worse, or no difference resolved.
 
     cells = regime.grid("coarse")                     # or "full", or regime.grid(alphas=..., ...)
     plan = regime.plan(cells, base, seeds)            # one Config per run: FedAvg baselines + FedFrozen cells
     runs = regime.summarise(plan, ff.run_many([p.cfg for p in plan]))
-    table = regime.regime_map(runs, "final_acc")      # one row per cell: gap, spread, verdict
+    table = regime.regime_map(runs, "final_acc")      # one row per cell: gap, half_width, verdict
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass
 
 from .config import Config
-from .tables import compare_runs
+from .tables import UNRESOLVED, compare_runs
 from .tables import summarise as summarise_runs
 
 __all__ = ["Cell", "Run", "MEASURES", "GRIDS", "STARTS", "grid", "plan", "summarise", "regime_map", "start_fields"]
@@ -149,8 +149,9 @@ def summarise(runs, hists, last: int = 3):
 
 def regime_map(runs, measure: str = "final_acc"):
     """One row per cell (alpha, local_epochs, start, fraction): the FedFrozen and FedAvg means over seeds
-    in `measure`, gap = FedFrozen - FedAvg, spread (SPREAD_RULE), and verdict "better" / "worse" /
-    "within the spread" (for the stability measure, lower is better)."""
+    in `measure`, gap = the mean paired difference FedFrozen - FedAvg over the seeds both have, half_width of
+    its 95% interval (PAIRED_RULE), and verdict "better" / "worse" / "no difference resolved" (for the
+    stability measure, lower is better)."""
     import pandas as pd
 
     if measure not in MEASURES:
@@ -163,14 +164,15 @@ def regime_map(runs, measure: str = "final_acc"):
         ref = base.get((alpha, epochs, start))
         if ref is None:
             raise ValueError(f"no FedAvg runs for alpha={alpha}, local_epochs={epochs}, start={start!r}")
-        a, b = sub[measure].dropna().to_numpy(), ref[measure].dropna().to_numpy()
-        if not len(a) or not len(b):
+        a, b = (dict(zip(x["seed"], x[measure])) for x in (sub, ref))
+        shared = [seed for seed in a if seed in b and a[seed] == a[seed] and b[seed] == b[seed]]  # finite pairs
+        if not shared:
             c, verdict = None, "n/a"
         else:
-            c = compare_runs(a, b)
-            verdict = "within the spread" if not c.beyond else "better" if (c.gap > 0) == higher else "worse"
+            c = compare_runs([a[seed] for seed in shared], [b[seed] for seed in shared])
+            verdict = UNRESOLVED if not c.resolved else "better" if (c.gap > 0) == higher else "worse"
         rows.append(dict(alpha=alpha, local_epochs=epochs, start=start, fraction=fraction,
                          fedfrozen=c.mean_a if c else float("nan"), fedavg=c.mean_b if c else float("nan"),
-                         gap=c.gap if c else float("nan"), spread=c.spread if c else float("nan"),
-                         verdict=verdict, seeds=len(a)))
+                         gap=c.gap if c else float("nan"), half_width=c.half_width if c else float("nan"),
+                         verdict=verdict, seeds=len(shared)))
     return pd.DataFrame(rows)

@@ -4,7 +4,12 @@
 (final accuracy, worst-10% client accuracy, rounds and bytes to a target accuracy, stability
 over the last evaluations, upload, time per round by stage); `mean_std(df, by, cols)` aggregates
 over seeds and `format_mean_std` prints "mean ± std". `compare` is the one rule every notebook
-uses to say whether a difference holds (SPREAD_RULE).
+uses to say whether a difference holds (PAIRED_RULE: the 95% t-interval of the paired differences
+over seeds excludes 0).
+
+Why a t-interval and not a paired bootstrap: at n = 5 seeds a bootstrap has at most 126 distinct
+resamples and its percentile interval is too narrow (it ignores that sd(d) is itself estimated),
+while the t-interval is exact for normal differences, closed-form and deterministic.
 """
 
 from __future__ import annotations
@@ -14,58 +19,103 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "SPREAD_RULE",
+__all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "PAIRED_RULE",
+           "RESOLVED", "UNRESOLVED", "t_quantile", "resolution",
            "simulated_clock"]
 
-SPREAD_RULE = ("a difference holds (is 'beyond the spread') when |mean_a - mean_b| > max(std_a, std_b): the "
-               "larger of the two sample standard deviations over seeds (ddof 1); a single run has no spread (0)")
+PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
+               "compared as pairs: d_i = a_i - b_i over the n seeds both have; a difference holds when the 95% "
+               "t-interval d_mean +- t(0.975, n-1) * sd(d) / sqrt(n) excludes 0 ('higher' or 'lower'), else "
+               "'no difference resolved'; one seed has no interval and resolves nothing")
+RESOLVED = ("higher", "lower")
+UNRESOLVED = "no difference resolved"
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Mean of a against mean of b, judged by SPREAD_RULE."""
+    """a against b over n shared seeds, judged by PAIRED_RULE: d = mean of the paired differences,
+    half_width = the 95% t-interval's half-width (inf for one seed)."""
 
     mean_a: float
     mean_b: float
-    spread: float  # max(std_a, std_b)
+    diff: float
+    half_width: float
+    n: int
 
     @property
     def gap(self) -> float:
-        return self.mean_a - self.mean_b
+        """The mean paired difference d (== mean_a - mean_b over the shared seeds)."""
+        return self.diff
 
     @property
-    def beyond(self) -> bool:
-        """True when the difference holds: |gap| > spread."""
-        return abs(self.gap) > self.spread
+    def resolved(self) -> bool:
+        """True when the interval excludes 0 (strictly: identical arms, d = 0 +- 0, never resolve)."""
+        return abs(self.diff) - self.half_width > 0
 
     @property
     def verdict(self) -> str:
-        """'higher' or 'lower' (a against b) when beyond the spread, else 'within the spread'."""
-        if not self.beyond:
-            return "within the spread"
-        return "higher" if self.gap > 0 else "lower"
+        """'higher' or 'lower' (a against b) when resolved, else 'no difference resolved'."""
+        if not self.resolved:
+            return UNRESOLVED
+        return "higher" if self.diff > 0 else "lower"
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return self.diff - self.half_width, self.diff + self.half_width
 
     def __str__(self) -> str:
-        return f"{self.mean_a:.3f} vs {self.mean_b:.3f} ({self.gap:+.3f}): {self.verdict} (spread {self.spread:.3f})"
+        return (f"{self.mean_a:.3f} vs {self.mean_b:.3f}: d = {self.diff:+.3f} ± {self.half_width:.3f} ({self.n}): "
+                f"{self.verdict}")
 
 
-def _std(x) -> float:
-    return 0.0 if x is None or not math.isfinite(float(x)) else float(x)
+def t_quantile(n: int) -> float:
+    """t(0.975, n - 1): the two-sided 95% quantile of Student's t with n - 1 degrees of freedom (inf for n < 2)."""
+    if n < 2:
+        return math.inf
+    from scipy.stats import t
 
-
-def compare(stats, a, b, col: str = "final_acc") -> Comparison:
-    """Row `a` against row `b` of a mean_std table in column `col` (SPREAD_RULE)."""
-    return Comparison(float(stats.loc[a, (col, "mean")]), float(stats.loc[b, (col, "mean")]),
-                      max(_std(stats.loc[a, (col, "std")]), _std(stats.loc[b, (col, "std")])))
+    return float(t.ppf(0.975, n - 1))
 
 
 def compare_runs(values_a, values_b) -> Comparison:
-    """Per-seed values of a against those of b (SPREAD_RULE)."""
+    """Paired values of a against b (PAIRED_RULE): position i of each is the same seed. Pairs with a
+    non-finite value on either side are left out (n counts the rest)."""
     a, b = np.asarray(values_a, dtype=float), np.asarray(values_b, dtype=float)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("compare_runs needs at least one value on each side")
-    sd = lambda v: float(v.std(ddof=1)) if v.size > 1 else 0.0  # noqa: E731
-    return Comparison(float(a.mean()), float(b.mean()), max(sd(a), sd(b)))
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"compare_runs pairs values seed by seed: got {a.shape} and {b.shape} values")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if a.size == 0:
+        raise ValueError("compare_runs needs at least one pair of finite values")
+    d = a - b
+    n = int(d.size)
+    hw = t_quantile(n) * float(d.std(ddof=1)) / math.sqrt(n) if n > 1 else math.inf
+    return Comparison(float(a.mean()), float(b.mean()), float(d.mean()), hw, n)
+
+
+def compare(stats, a, b, col: str = "final_acc") -> Comparison:
+    """Row `a` against row `b` of a mean_std table in column `col`, paired on the seeds they share (PAIRED_RULE).
+
+    The table keeps its rows' per-seed values (mean_std stores them in `stats.attrs["per_seed"]`)."""
+    per = getattr(stats, "attrs", {}).get("per_seed", {}).get(col)
+    if per is None:
+        raise ValueError(f"compare needs a table made by tables.mean_std with column {col!r} (it keeps the per-seed "
+                         f"values the paired rule needs); got one without them")
+    for key in (a, b):
+        if key not in per:
+            raise KeyError(f"no row {key!r} in the table (rows: {list(per)[:12]})")
+    va, vb = per[a], per[b]
+    shared = [s for s in va if s in vb]
+    if not shared:
+        raise ValueError(f"rows {a!r} and {b!r} share no seed (seeds {sorted(va)} and {sorted(vb)}): "
+                         f"the paired rule compares runs of the same seeds")
+    return compare_runs([va[s] for s in shared], [vb[s] for s in shared])
+
+
+def resolution(comparisons) -> float:
+    """The smallest difference a set of comparisons could resolve: their smallest half-width."""
+    widths = [c.half_width for c in comparisons]
+    return min(widths) if widths else math.inf
 
 SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")
 
@@ -104,11 +154,17 @@ def summarise(cfgs, hists, target: float = 0.8, last: int = 3):
 
 def mean_std(df, by, cols):
     """Mean, std and count of finite values over the rows sharing `by` (typically: over seeds),
-    with the number of runs in ("runs", "n"). A column such as rounds_to_target is NaN for a run
+    with the number of runs in ("runs", "n"). The per-seed values (from the `seed` column, else the
+    row's position in its group) are kept in `.attrs["per_seed"][col][row]` for `compare`. A column such as rounds_to_target is NaN for a run
     that never reached the target, so its count can be smaller than the number of runs."""
     g = df.groupby(list(by) if not isinstance(by, str) else by)
     out = g[list(cols)].agg(["mean", "std", "count"])
     out[("runs", "n")] = g.size()
+    flat = df.reset_index(drop=True)
+    flat = flat.assign(_seed=flat["seed"] if "seed" in flat.columns else flat.groupby(by).cumcount())
+    out.attrs["per_seed"] = {c: {key: dict(zip(sub["_seed"].tolist(), sub[c].astype(float).tolist()))
+                                 for key, sub in flat.groupby(list(by) if not isinstance(by, str) else by)}
+                             for c in cols}
     return out
 
 

@@ -95,6 +95,20 @@ def _idx(path, arr, magic):
         f.write(arr.tobytes())
 
 
+def _write_fmnist(folder, n_train=15, n_test=5, gz=False, seed=3):
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    arrays = {}
+    for prefix, n in [("train", n_train), ("t10k", n_test)]:
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        ext = ".gz" if gz else ""
+        ff.data.write_idx(os.path.join(folder, f"{prefix}-images-idx3-ubyte{ext}"), images)
+        ff.data.write_idx(os.path.join(folder, f"{prefix}-labels-idx1-ubyte{ext}"), labels)
+        arrays[prefix] = (images, labels)
+    return arrays
+
+
 def test_fashion_mnist_reads_idx_files(tmp_path):
     rng = np.random.default_rng(3)
     raw = tmp_path / "FashionMNIST" / "raw"
@@ -104,6 +118,62 @@ def test_fashion_mnist_reads_idx_files(tmp_path):
         _idx(raw / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n).astype(np.uint8), 2049)
     train, test = ff.data.load("fashion_mnist", root=str(tmp_path))
     assert train.x.shape == (15, 1, 28, 28) and len(test) == 5
+    assert train.classes == ff.data.FASHION_MNIST_CLASSES
+
+
+def test_idx_reader_round_trips_plain_and_gzip_and_names_a_bad_file(tmp_path):
+    arr = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    for name in ("a.idx", "a.idx.gz"):
+        ff.data.write_idx(tmp_path / name, arr)
+        assert np.array_equal(ff.data.read_idx(str(tmp_path / name)), arr)
+    (tmp_path / "bad").write_bytes(b"PK\x03\x04 not idx")
+    with pytest.raises(ValueError, match="is not an IDX file"):
+        ff.data.read_idx(str(tmp_path / "bad"))
+    (tmp_path / "short").write_bytes(bytes([0, 0, 8, 1]) + (10).to_bytes(4, "big") + b"abc")
+    with pytest.raises(ValueError, match="header says"):
+        ff.data.read_idx(str(tmp_path / "short"))
+
+
+def test_fashion_mnist_looks_in_data_then_the_system_package(tmp_path, monkeypatch):
+    system = tmp_path / "usr-share"
+    monkeypatch.setattr(ff.data, "FASHION_MNIST_SYSTEM_DIR", str(system))
+    sys_arrays = _write_fmnist(system, n_train=12, gz=True, seed=1)
+    train, test = ff.data.load("fashion_mnist", root=str(tmp_path / "data"))  # nothing under data/: the system copy
+    assert len(train) == 12 and train.y.tolist() == sys_arrays["train"][1].tolist()
+    # normalised with the published Fashion-MNIST statistics
+    mean, std = 0.2860, 0.3530
+    assert round((test.x[0, 0, 0, 0].item() * std + mean) * 255) == sys_arrays["t10k"][0][0, 0, 0]
+    _write_fmnist(tmp_path / "data" / "FashionMNIST" / "raw", n_train=9, seed=2)  # data/ first, once it is there
+    train, _ = ff.data.load("fashion_mnist", root=str(tmp_path / "data"))
+    assert len(train) == 9
+
+
+def test_missing_fashion_mnist_names_all_three_ways(tmp_path, monkeypatch):
+    monkeypatch.setattr(ff.data, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError) as e:
+        ff.data.load("fashion_mnist", root=str(tmp_path / "data"))
+    text = str(e.value)
+    assert "FashionMNIST/raw" in text and "apt-get install dataset-fashion-mnist" in text and "download=True" in text
+
+
+def test_a_broken_download_of_fashion_mnist_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ff.data, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "nowhere"))
+
+    def refuse(*a, **k):
+        raise RuntimeError("no network")
+
+    monkeypatch.setattr(ff.data, "_open_torchvision", refuse)
+    with pytest.raises(ValueError, match="download to .* failed .*no network"):
+        ff.data.load("fashion_mnist", root=str(tmp_path / "data"), download=True)
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(ff.data.FASHION_MNIST_SYSTEM_DIR, "train-labels-idx1-ubyte.gz")),
+                    reason="Debian's dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist)")
+def test_the_real_fashion_mnist_files(tmp_path):
+    train, test = ff.data.load("fashion_mnist", root=str(tmp_path))
+    assert train.x.shape == (60000, 1, 28, 28) and test.x.shape == (10000, 1, 28, 28)
+    assert torch.bincount(train.y).tolist() == [6000] * 10 and torch.bincount(test.y).tolist() == [1000] * 10
+    assert abs(train.x.mean().item()) < 1e-3 and abs(train.x.std().item() - 1) < 1e-3
 
 
 def test_from_tensors_checks_shapes():

@@ -63,23 +63,23 @@ def test_plan_has_one_baseline_per_setting_and_t0_from_the_fraction():
 
 
 def _runs(values_frozen, values_avg, measure="final_acc", fraction=0.5):
-    rows = [dict(arm="fedfrozen", alpha=0.1, local_epochs=1, start="scratch", fraction=fraction, **{measure: v})
-            for v in values_frozen]
-    rows += [dict(arm="fedavg", alpha=0.1, local_epochs=1, start="scratch", fraction=1.0, **{measure: v})
-             for v in values_avg]
+    rows = [dict(arm="fedfrozen", alpha=0.1, local_epochs=1, start="scratch", fraction=fraction, seed=s, **{measure: v})
+            for s, v in enumerate(values_frozen)]
+    rows += [dict(arm="fedavg", alpha=0.1, local_epochs=1, start="scratch", fraction=1.0, seed=s, **{measure: v})
+             for s, v in enumerate(values_avg)]
     return pd.DataFrame(rows)
 
 
 @pytest.mark.parametrize("frozen, avg, verdict", [
     ([0.80, 0.82, 0.84], [0.70, 0.71, 0.72], "better"),
     ([0.60, 0.62, 0.64], [0.70, 0.71, 0.72], "worse"),
-    ([0.70, 0.75, 0.80], [0.70, 0.71, 0.72], "within the spread"),
+    ([0.70, 0.75, 0.80], [0.70, 0.71, 0.72], "no difference resolved"),
 ])
 def test_cell_verdict_follows_the_one_rule(frozen, avg, verdict):
     row = regime.regime_map(_runs(frozen, avg)).iloc[0]
     c = ff.tables.compare_runs(frozen, avg)
     assert row["gap"] == pytest.approx(sum(frozen) / 3 - sum(avg) / 3)
-    assert row["spread"] == pytest.approx(c.spread)
+    assert row["half_width"] == pytest.approx(c.half_width)
     assert row["verdict"] == verdict and row["seeds"] == 3
 
 

@@ -1,4 +1,6 @@
-"""Tables: per-run rows, mean ± std over seeds, and honest formatting of missing values."""
+"""Tables: per-run rows, mean ± std over seeds, honest formatting of missing values, the paired rule."""
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -66,26 +68,73 @@ def test_federated_profiles_build_valid_configs():
         ff.profiles.federated("gpu")
 
 
-def test_one_spread_rule_closed_forms():
-    # a: mean 0.5, sample std 0.1; b: mean 0.3, sample std 0.05 -> spread 0.1, gap 0.2 > 0.1 -> holds
-    c = ff.tables.compare_runs([0.4, 0.5, 0.6], [0.25, 0.3, 0.35])
-    assert c.mean_a == pytest.approx(0.5) and c.spread == pytest.approx(0.1) and c.beyond and c.verdict == "higher"
-    assert ff.tables.compare_runs([0.25, 0.3, 0.35], [0.4, 0.5, 0.6]).verdict == "lower"
-    # gap 0.05 <= spread 0.1: within
-    c = ff.tables.compare_runs([0.4, 0.5, 0.6], [0.45, 0.45, 0.45])
-    assert not c.beyond and c.verdict == "within the spread"
-    # a gap exactly equal to the spread does not hold; one run per side has no spread
-    assert not ff.tables.Comparison(0.6, 0.5, 0.1 + 1e-12).beyond
-    assert ff.tables.compare_runs([0.51], [0.5]).beyond
-    with pytest.raises(ValueError, match="at least one value"):
-        ff.tables.compare_runs([], [0.5])
+def test_paired_rule_closed_forms():
+    # d = (0.1, 0.2, 0.3): mean 0.2, sd 0.1, n 3 -> half-width t(0.975, 2) * 0.1 / sqrt(3) = 4.302653 * 0.057735
+    c = ff.tables.compare_runs([0.5, 0.6, 0.7], [0.4, 0.4, 0.4])
+    assert c.diff == pytest.approx(0.2) and c.n == 3 and c.mean_a == pytest.approx(0.6) and c.mean_b == pytest.approx(0.4)
+    assert ff.tables.t_quantile(3) == pytest.approx(4.302653, abs=1e-6)
+    assert c.half_width == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-6)  # 0.2484 > 0.2: not resolved
+    assert not c.resolved and c.verdict == "no difference resolved"
+    assert c.interval == pytest.approx((0.2 - c.half_width, 0.2 + c.half_width))
+    # the same differences over 5 seeds: d = (0.1, 0.2, 0.3, 0.2, 0.2): sd = sqrt(0.02 / 4), t(0.975, 4) = 2.776445
+    c = ff.tables.compare_runs([0.5, 0.6, 0.7, 0.6, 0.6], [0.4] * 5)
+    assert c.half_width == pytest.approx(2.776445 * math.sqrt(0.005) / math.sqrt(5), rel=1e-6)  # 0.0878 < 0.2
+    assert c.resolved and c.verdict == "higher"
+    assert ff.tables.compare_runs([0.4] * 5, [0.5, 0.6, 0.7, 0.6, 0.6]).verdict == "lower"
+    assert str(c) == "0.600 vs 0.400: d = +0.200 ± 0.088 (5): higher"
 
 
-def test_compare_reads_a_mean_std_table_and_agrees_with_compare_runs():
-    df = pd.DataFrame({"method": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2,
-                       "final_acc": [0.4, 0.5, 0.6, 0.25, 0.3, 0.35]})
+def test_paired_rule_uses_the_pairing_not_the_spread_of_each_arm():
+    # each arm varies a lot over seeds (sd 0.2), but a is b + 0.01 seed by seed: the pairs resolve it
+    b = [0.2, 0.5, 0.8, 0.4, 0.6]
+    c = ff.tables.compare_runs([x + 0.01 + 0.001 * i for i, x in enumerate(b)], b)
+    assert c.resolved and c.verdict == "higher" and c.half_width < 0.01
+
+
+@pytest.mark.parametrize("shift", [1e-9, 0.003, -0.04, 0.5])
+def test_a_constant_shift_is_always_resolved(shift):
+    b = np.array([0.31, 0.52, 0.44, 0.60, 0.29, 0.71])
+    c = ff.tables.compare_runs(b + shift, b)
+    assert c.resolved and c.verdict == ("higher" if shift > 0 else "lower")
+
+
+@pytest.mark.parametrize("values", [[0.5], [0.5, 0.5], [0.2, 0.7, 0.4, 0.9, 0.1]])
+def test_identical_arms_never_resolve(values):
+    c = ff.tables.compare_runs(values, values)
+    assert c.diff == 0 and not c.resolved and c.verdict == "no difference resolved"
+
+
+def test_one_seed_resolves_nothing_and_bad_input_is_named():
+    c = ff.tables.compare_runs([0.9], [0.1])
+    assert c.n == 1 and c.half_width == math.inf and not c.resolved
+    with pytest.raises(ValueError, match="at least one pair"):
+        ff.tables.compare_runs([], [])
+    with pytest.raises(ValueError, match="seed by seed"):
+        ff.tables.compare_runs([0.1, 0.2], [0.1])
+    # a non-finite pair is left out
+    assert ff.tables.compare_runs([0.5, float("nan"), 0.7], [0.4, 0.4, 0.6]).n == 2
+
+
+def test_compare_reads_a_mean_std_table_and_pairs_on_seeds():
+    df = pd.DataFrame({"method": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2, 2, 0, 1],
+                       "final_acc": [0.4, 0.5, 0.6, 0.35, 0.25, 0.3]})
     stats = ff.tables.mean_std(df, "method", ["final_acc"])
     assert ff.tables.compare(stats, "a", "b") == ff.tables.compare_runs([0.4, 0.5, 0.6], [0.25, 0.3, 0.35])
+    # seeds only one arm has are left out; arms sharing none are refused by name
+    extra = pd.concat([df, pd.DataFrame({"method": ["a", "c"], "seed": [7, 8], "final_acc": [0.9, 0.1]})])
+    stats = ff.tables.mean_std(extra, "method", ["final_acc"])
+    assert ff.tables.compare(stats, "a", "b").n == 3
+    with pytest.raises(ValueError, match="share no seed"):
+        ff.tables.compare(stats, "a", "c")
+    with pytest.raises(KeyError, match="no row 'z'"):
+        ff.tables.compare(stats, "a", "z")
+    with pytest.raises(ValueError, match="made by tables.mean_std"):
+        ff.tables.compare(stats, "a", "b", col="worst10_acc")
+
+
+def test_resolution_is_the_smallest_half_width():
+    cs = [ff.tables.compare_runs([0.5, 0.6, 0.7], [0.4] * 3), ff.tables.compare_runs([0.5, 0.6], [0.5, 0.5])]
+    assert ff.tables.resolution(cs) == min(c.half_width for c in cs)
 
 
 def test_paper_data_root_is_the_projects_data_from_notebooks_and_local_data_elsewhere(tmp_path, monkeypatch):
