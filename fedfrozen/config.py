@@ -54,6 +54,7 @@ class Config:
     participation: str = "uniform"     # full | uniform (clients_per_round drawn each round) | skewed (Bernoulli, below)
     participation_rate: float = 0.1    # skewed: C, the expected share of clients per round (sum_i p_i = C N)
     participation_skew: float = 5.0    # skewed: a, a seeded half of the clients is (1 + a)x likelier to join
+    train_subset: int | None = None    # a fixed stratified subset of this many training images (the same for every seed and method); None: all
     val_fraction: float = 0.1          # training data held out (stratified) for hyperparameter selection
     client_holdout: float = 0.1        # fraction of each client's data kept for its local accuracy
     public_fraction: float = 0.0       # training data held out as the server's public split
@@ -217,6 +218,8 @@ class Config:
                                  f"{p_max:.3g} > 1 (participation_rate {self.participation_rate}, participation_skew "
                                  f"{self.participation_skew}); lower one of them")
         number("val_fraction", 0, 0.5)
+        if self.train_subset is not None and self.train_subset < 1:
+            raise ValueError(f"train_subset must be a positive number of images or None; got {self.train_subset!r}")
         number("client_holdout", 0, 0.5)
         number("public_fraction", 0, 0.5)
         integer("rounds", 1)

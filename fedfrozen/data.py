@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 __all__ = ["Split", "load", "from_tensors", "write_fake_cifar", "write_idx", "read_idx", "DATASETS",
-           "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations"]
+           "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations", "subset",
+           "SUBSET_SEED"]
 
 
 @dataclass
@@ -52,6 +53,27 @@ def from_tensors(x, y, name: str = "custom", classes=None) -> Split:
     if classes is None:
         classes = [str(c) for c in range(int(y.max()) + 1)]
     return Split(x.contiguous(), y, list(classes), name)
+
+
+SUBSET_SEED = 0  # the seed of every train_subset: a fixed property of the dataset, not of a run
+
+
+def subset(split: Split, n: int) -> Split:
+    """A fixed, stratified subset of `n` images of `split` (each class's share kept, to within one image; chosen
+    by SUBSET_SEED, so every run and seed sees the same images, in their original order). n >= len: the split."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"train_subset must be a positive number of images; got {n!r}")
+    if n >= len(split):
+        return split
+    rng = np.random.default_rng(SUBSET_SEED)
+    labels = split.y.numpy()
+    classes, counts = np.unique(labels, return_counts=True)
+    quota = np.floor(counts * n / labels.size).astype(int)
+    for i in np.argsort(-(counts * n / labels.size - quota), kind="stable")[: n - quota.sum()]:
+        quota[i] += 1  # largest remainders first: the quotas sum to n
+    keep = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:q] for c, q in zip(classes, quota)])
+    keep = torch.from_numpy(np.sort(keep))
+    return Split(split.x[keep], split.y[keep], split.classes, split.name)
 
 
 # --- the embedded default: scikit-learn's 8x8 digits ------------------------------------

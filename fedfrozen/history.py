@@ -22,6 +22,9 @@ def _clean(v):
     return v
 
 
+LATE_EVALUATIONS = 3  # evaluations averaged by History.late / late_accuracy
+
+
 class History:
     """Per-round metrics of a run (`rows`), its config, environment and divergence flag."""
 
@@ -51,9 +54,20 @@ class History:
                 return row[key]
         return default
 
+    def late(self, key: str, k: int = LATE_EVALUATIONS, default=None):
+        """The mean of the last `k` non-missing values of column `key` (fewer if the run has fewer): a run's
+        level at its end, less sensitive than one evaluation to which clients the last rounds sampled."""
+        values = [row[key] for row in self.rows if row.get(key) is not None][-k:]
+        return sum(values) / len(values) if values else default
+
     @property
     def final_accuracy(self) -> float | None:
         return self.last("test_acc")
+
+    @property
+    def late_accuracy(self) -> float | None:
+        """Test accuracy averaged over the last LATE_EVALUATIONS evaluations (`late("test_acc")`)."""
+        return self.late("test_acc")
 
     def without_wall_clock(self) -> list[dict]:
         return [{k: v for k, v in r.items() if k not in WALL_CLOCK_COLUMNS} for r in self.rows]

@@ -69,6 +69,8 @@ class Setup:
         if train is None:
             train, test = data.load(cfg.dataset, cfg.data_root, cfg.download)
         self.num_classes = train.num_classes
+        if cfg.train_subset is not None:
+            train = data.subset(train, cfg.train_subset)
         rng = np.random.default_rng(derive_seed(cfg.seed, 101))
         labels = train.y.numpy()
         val_idx, rest = _stratified_holdout(labels, cfg.val_fraction, rng)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .io import project_root
 
-__all__ = ["select", "federated", "SELECTED_LR", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
+__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")
@@ -45,8 +45,27 @@ SELECTED_LR = {
 }
 PAPER_DATASETS = ("cifar10", "cifar100")
 
+# The cpu profile: Fashion-MNIST at a federated scale this 2-core machine converges in minutes per run
+# (measured: docs/cpu_profile.md). 100 clients, 10 sampled per round (seeded), 1 local epoch of batch 16 on a
+# fixed stratified 12,000-image subset (1,200 per class; 10% held out for validation, 10% of each client's
+# share for its local accuracy), the full 10,000-image test set, vit_fmnist (patch 7, width 32, depth 2).
+CPU_ROUNDS = 120  # FedAvg IID gains < 1 point over the last 10% of the rounds (docs/cpu_profile.md)
+CPU_WARMUP = 30  # T0 = 25% of the rounds
+CPU_SCALE = dict(dataset="fashion_mnist", model="vit_fmnist", train_subset=12000, n_clients=100,
+                 clients_per_round=10, batch_size=16, eval_every=10)
+
+# Learning rates at the cpu scale (tools/select_cpu_lr.py; grids below). "<method>:sgd" is the method with
+# SGD_AS_PUBLISHED local training, beside its AdamW variant.
+CPU_LR = {"fedavg": 3e-3, "fedavg:sgd": 3e-2}  # replaced by the selection below
+CPU_LR_GRID = (1e-3, 3e-3, 1e-2)
+CPU_SGD_LR_GRID = (1e-2, 3e-2, 1e-1)
+SGD_AS_PUBLISHED = dict(optimizer="sgd", momentum=0.0, weight_decay=0.0)
+CPU_SELECTED_ARMS = ["fedavg", "fedfrozen", "fedprox", "scaffold", "fedadam", "fedavg:sgd", "scaffold:sgd",
+                     "fedprox:sgd"]
+
 # The paper profile's local training (sources and reasons: docs/paper_profile.md)
 PAPER_DEFAULT_LR = 1e-3
+PAPER_SGD_DEFAULT_LR = 3e-2  # SGD arms at the paper scale without a selection
 PAPER_LR_GRID = (3e-4, 1e-3, 3e-3)
 PAPER_RECIPE = dict(optimizer="adamw", lr=PAPER_DEFAULT_LR, weight_decay=0.05, batch_size=32, local_epochs=1,
                     lr_schedule="cosine", lr_warmup_rounds=10, grad_clip=1.0, augment=True)
@@ -67,7 +86,8 @@ def data_root() -> str:
     return "../data" if Path("../pyproject.toml").is_file() and Path("../notebooks").is_dir() else "data"
 
 
-def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dataset: str = "cifar10") -> dict:
+def federated(profile: str, rounds: int = CPU_ROUNDS, warmup_rounds: int = CPU_WARMUP,
+              paper_dataset: str = "cifar10") -> dict:
     """Config fields of `profile` for the federated notebooks.
 
     `rounds` and `warmup_rounds` apply to the cpu profile; `paper_dataset` (cifar10 or cifar100)
@@ -80,7 +100,7 @@ def federated(profile: str, rounds: int = 40, warmup_rounds: int = 10, paper_dat
         profile,
         smoke=dict(dataset="digits", rounds=3, warmup_rounds=1, n_clients=5, local_steps=2, eval_every=1,
                    model_kwargs=dict(embed_dim=16, depth=1, num_heads=2)),
-        cpu=dict(dataset="digits", rounds=rounds, warmup_rounds=warmup_rounds, eval_every=5),
+        cpu=dict(CPU_SCALE, rounds=rounds, warmup_rounds=warmup_rounds),
         paper=dict(dataset=paper_dataset, model="vit_cifar", rounds=200, warmup_rounds=50, n_clients=100,
                    clients_per_round=10, eval_every=5, download=True, data_root=data_root(),
                    **{**PAPER_RECIPE, **(_paper_overrides(paper_dataset) if profile == "paper" else {})}))
@@ -111,18 +131,37 @@ def paper_learning_rates(dataset: str, root=None) -> dict | None:
                          f"`fedfrozen select-lr --dataset {dataset}` again") from None
 
 
+def arm(name: str) -> dict:
+    """Config fields of an arm: a registered method, or `<method>:sgd`, the method with plain SGD local training
+    as its paper ran it (SGD_AS_PUBLISHED), beside its AdamW variant."""
+    method, _, variant = name.partition(":")
+    if variant not in ("", "sgd"):
+        raise ValueError(f"arm {name!r}: the only variant is ':sgd' (plain SGD, as published)")
+    return dict(method=method, **(SGD_AS_PUBLISHED if variant else {}))
+
+
 def learning_rates(methods, overrides: dict | None = None, profile: str = "cpu", dataset: str = "digits",
                    root=None) -> dict:
-    """The local lr of each method: `overrides` first, then the profile's table (SELECTED_LR for smoke/cpu;
-    the paper-scale selection or PAPER_DEFAULT_LR for paper); a clear error for a method in neither."""
-    if profile == "paper":
-        from . import methods as registry
+    """The local lr of each method or arm (`<method>:sgd`): `overrides` first, then the profile's table.
 
+    cpu: CPU_LR (selected at the cpu scale by the one rule); a method not selected there takes FedAvg's selected
+    rate of its optimiser (CPU_LR["fedavg"] or CPU_LR["fedavg:sgd"]), said in docs/cpu_profile.md. smoke:
+    SELECTED_LR (digits; SGD arms 0.05). paper: the paper-scale selection or PAPER_DEFAULT_LR. A clear error for
+    a name in none of them."""
+    from . import methods as registry
+
+    select(profile, smoke=None, cpu=None, paper=None)  # a clear error for a typo
+    known = set(registry.names())
+    if profile == "paper":
         selected = paper_learning_rates(dataset, root) or {}
-        base = {m: selected.get(m, PAPER_DEFAULT_LR) for m in registry.names()}
+        base = {m: selected.get(m, PAPER_DEFAULT_LR) for m in known}
+        base.update({f"{m}:sgd": selected.get(f"{m}:sgd", PAPER_SGD_DEFAULT_LR) for m in known})
+    elif profile == "cpu":
+        base = {m: CPU_LR["fedavg"] for m in known}
+        base.update({f"{m}:sgd": CPU_LR["fedavg:sgd"] for m in known})
+        base.update(CPU_LR)
     else:
-        select(profile, smoke=None, cpu=None, paper=None)  # a clear error for a typo
-        base = SELECTED_LR
+        base = {**SELECTED_LR, **{f"{m}:sgd": 0.05 for m in SELECTED_LR}}
     table = {**base, **(overrides or {})}
     missing = [m for m in methods if m not in table]
     if missing:

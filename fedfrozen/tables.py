@@ -128,6 +128,7 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
     row = {k: getattr(cfg, k) for k in SETTINGS}
     row.update(
         final_acc=hist.final_accuracy,
+        late_acc=hist.late_accuracy,
         worst10_acc=hist.last("client_acc_worst10"),
         rounds_to_target=float(reached["round"].iloc[0] + 1) if len(reached) else np.nan,
         MB_to_target=float(cum_bytes[reached.index[0]] / 1e6) if len(reached) else np.nan,

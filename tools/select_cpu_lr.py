@@ -1,0 +1,34 @@
+"""Select the cpu profile's learning rates by the one rule (fedfrozen.selection.RULE) and print the table.
+
+    python tools/select_cpu_lr.py                  # the methods of the paper notebooks
+    python tools/select_cpu_lr.py fedavg fedfrozen
+
+AdamW methods on profiles.CPU_LR_GRID; each `<method>:sgd` arm (the method with plain SGD, as its authors
+ran it: momentum 0, no weight decay) on CPU_SGD_LR_GRID. The result goes into profiles.CPU_LR by hand,
+with the printed validation accuracies in its comment.
+"""
+
+import sys
+
+import fedfrozen as ff
+import fedfrozen.selection  # noqa: F401  (not imported by the package)
+
+
+def main() -> None:
+    arms = sys.argv[1:] or ff.profiles.CPU_SELECTED_ARMS
+    base = ff.profiles.federated("cpu")
+    for optimizer in ("adamw", "sgd"):
+        methods = [a.split(":")[0] for a in arms if (a.endswith(":sgd")) == (optimizer == "sgd")]
+        if not methods:
+            continue
+        fields = dict(base, **(ff.profiles.SGD_AS_PUBLISHED if optimizer == "sgd" else {}))
+        grid = ff.profiles.CPU_SGD_LR_GRID if optimizer == "sgd" else ff.profiles.CPU_LR_GRID
+        result = ff.selection.select_learning_rates(methods, grid=grid, rounds=base["rounds"], base=fields)
+        for m in methods:
+            name = f"{m}:sgd" if optimizer == "sgd" else m
+            accs = " ".join(f"{float(k):g}: {v:.3f}" for k, v in sorted(result["val_acc"][m].items(), key=lambda t: float(t[0])))
+            print(f"{name:18s} -> {result['lr'][m]:g}   (late val acc {accs})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
