@@ -20,7 +20,7 @@ def test_paper_profile_never_reads_digits_selected_rates(tmp_path):
     lrs = profiles.learning_rates(["fedavg", "fedfrozen", "scaffold"], {"scaffold": 0.5}, profile="paper",
                                   dataset="cifar10", root=tmp_path)
     assert lrs == {"fedavg": 3e-4, "fedfrozen": 3e-3, "scaffold": 0.5}  # selection, then overrides
-    assert profiles.learning_rates(["fedavg"], profile="cpu") == {"fedavg": profiles.SELECTED_LR["fedavg"]}
+    assert profiles.learning_rates(["fedavg"], profile="cpu") == {"fedavg": profiles.CPU_LR["fedavg"]}
     path.write_text("{")
     with pytest.raises(ValueError, match="select-lr"):
         profiles.learning_rates(["fedavg"], profile="paper", dataset="cifar10", root=tmp_path)

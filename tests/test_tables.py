@@ -47,7 +47,8 @@ def test_summarise_rounds_to_target_is_nan_when_never_reached():
 
 def test_learning_rates_use_overrides_first_and_name_unknown_methods():
     lrs = ff.profiles.learning_rates(["fedavg", "fedprox"], {"fedprox": 0.5})
-    assert lrs == {"fedavg": ff.profiles.SELECTED_LR["fedavg"], "fedprox": 0.5}
+    assert lrs == {"fedavg": ff.profiles.CPU_LR["fedavg"], "fedprox": 0.5}
+    assert ff.profiles.learning_rates(["fedavg"], profile="smoke") == {"fedavg": ff.profiles.SELECTED_LR["fedavg"]}
     with pytest.raises(ValueError, match="my_method"):
         ff.profiles.learning_rates(["my_method"])
 
@@ -60,7 +61,11 @@ def test_federated_profiles_build_valid_configs():
     for profile in ("smoke", "cpu", "paper"):
         ff.Config(method="fedfrozen", **ff.profiles.federated(profile))  # validated on construction
     assert ff.profiles.federated("cpu", rounds=30, warmup_rounds=7)["warmup_rounds"] == 7
-    assert ff.profiles.federated("cpu")["dataset"] == "digits"  # the notebooks' results folder
+    cpu = ff.profiles.federated("cpu")
+    assert cpu["dataset"] == "fashion_mnist" and cpu["model"] == "vit_fmnist"  # the notebooks' results folder
+    assert (cpu["n_clients"], cpu["clients_per_round"], cpu["train_subset"]) == (100, 10, 12000)
+    assert (cpu["rounds"], cpu["warmup_rounds"]) == (ff.profiles.CPU_ROUNDS, ff.profiles.CPU_WARMUP) == (120, 30)
+    assert ff.profiles.federated("smoke")["dataset"] == "digits"  # CI stays on the embedded dataset
     assert ff.profiles.federated("paper", paper_dataset="cifar100")["dataset"] == "cifar100"
     with pytest.raises(ValueError, match="paper_dataset"):
         ff.profiles.federated("paper", paper_dataset="svhn")

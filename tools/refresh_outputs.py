@@ -8,6 +8,7 @@ fails if an output holds an absolute path of this machine.
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import nbclient
@@ -21,7 +22,8 @@ for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
     if wanted and path.name[:2] not in wanted:
         continue
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=3600,
+    start = time.perf_counter()
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=4 * 3600,
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
@@ -33,4 +35,4 @@ for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         print(f"NOT written: {path.name}: outputs contain absolute paths, e.g. {leaks[0]}", flush=True)
         continue
     path.write_text(text)
-    print(f"refreshed {path.name}", flush=True)
+    print(f"refreshed {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
