@@ -163,8 +163,10 @@ def mean_std(df, by, cols):
     out[("runs", "n")] = g.size()
     flat = df.reset_index(drop=True)
     flat = flat.assign(_seed=flat["seed"] if "seed" in flat.columns else flat.groupby(by).cumcount())
-    out.attrs["per_seed"] = {c: {key: dict(zip(sub["_seed"].tolist(), sub[c].astype(float).tolist()))
-                                 for key, sub in flat.groupby(list(by) if not isinstance(by, str) else by)}
+    keys = list(by) if not isinstance(by, str) else by
+    row = (lambda k: k[0]) if not isinstance(by, str) and len(keys) == 1 else (lambda k: k)  # the index's own labels
+    out.attrs["per_seed"] = {c: {row(key): dict(zip(sub["_seed"].tolist(), sub[c].astype(float).tolist()))
+                                 for key, sub in flat.groupby(keys)}
                              for c in cols}
     return out
 

@@ -137,6 +137,13 @@ def test_compare_reads_a_mean_std_table_and_pairs_on_seeds():
         ff.tables.compare(stats, "a", "b", col="worst10_acc")
 
 
+def test_compare_finds_rows_of_a_one_key_list_as_the_index_names_them():
+    df = pd.DataFrame({"rank": ["2", "2", "full", "full"], "seed": [0, 1, 0, 1], "final_acc": [0.5, 0.6, 0.4, 0.4]})
+    stats = ff.tables.mean_std(df, ["rank"], ["final_acc"])
+    assert list(stats.index) == ["2", "full"]
+    assert ff.tables.compare(stats, "2", "full").diff == pytest.approx(0.15)
+
+
 def test_resolution_is_the_smallest_half_width():
     cs = [ff.tables.compare_runs([0.5, 0.6, 0.7], [0.4] * 3), ff.tables.compare_runs([0.5, 0.6], [0.5, 0.5])]
     assert ff.tables.resolution(cs) == min(c.half_width for c in cs)
