@@ -1,25 +1,28 @@
 """Shared experiment settings of the notebooks: the three profiles and the local learning rates.
 
-`federated(profile, rounds=40, warmup_rounds=10)` gives the Config fields every federated
-notebook starts from (smoke: a tiny model for CI; cpu: digits at the project defaults; paper:
-CIFAR-10 or CIFAR-100 with vit_cifar, 100 clients, 10 per round, 200 rounds, with PAPER_RECIPE:
-the training recipe of published federated ViT-from-scratch work, docs/paper_profile.md).
+`federated(profile, rounds=CPU_ROUNDS, warmup_rounds=CPU_WARMUP)` gives the Config fields every federated
+notebook starts from (smoke: digits and a tiny model for CI; cpu: Fashion-MNIST at CPU_SCALE, 100 clients, 10
+per round, docs/cpu_profile.md; paper: CIFAR-10 or CIFAR-100 with vit_cifar, 100 clients, 10 per round,
+200 rounds, with PAPER_RECIPE: the training recipe of published federated ViT-from-scratch work,
+docs/paper_profile.md).
 
-Learning rates, one rule for all methods: grid, Dirichlet alpha 0.1, seed 0, best final
-validation accuracy, ties to the smaller lr.
-- cpu/smoke: `SELECTED_LR`, chosen on digits at 40 rounds over {3e-3, 1e-2, 3e-2} (README).
+Learning rates, one rule for all methods (fedfrozen.selection.RULE): grid, Dirichlet alpha 0.1, seed 0, the
+best validation accuracy averaged over the last 3 evaluations, ties to the smaller lr.
+- cpu: `CPU_LR`, selected at the cpu scale by tools/select_cpu_lr.py (the table is in the comment above it
+  and in docs/cpu_profile.md). `<method>:sgd` arms (`arm`) are the method with SGD_AS_PUBLISHED local
+  training. A method not selected at this scale takes FedAvg's selected rate of its optimiser.
+- smoke: `SELECTED_LR`, the rates chosen on digits at 40 rounds over {3e-3, 1e-2, 3e-2} (by the final-accuracy
+  version of the rule); only CI uses them now. Notes from that selection:
   `scaffold` and `fedfrozen_scaffold` were selected again, by the same rule, when SCAFFOLD's
   control variates became option I under AdamW (validation accuracy at 3e-3/1e-2/3e-2:
   scaffold 0.275/0.317/0.352, fedfrozen_scaffold 0.296/0.268/0.345). `fedtlu` and `fedfrozen_tlu` by the
-  same rule: 0.099/0.120/0.127 each (k = 1 of vit_digits' 5 layers per round stays near chance at 40 rounds);
-  `head_pruning` (s = 0.5): 0.275/0.472/0.556; `fedfrozen_plateau` (tau 0.01: never froze) 0.394/0.507/0.669;
-  `fedfrozen_drift` (rho 1) 0.394/0.592/0.718, again at the simulator-chosen rho 4 (never froze) 0.394/0.507/0.669; `afedlf` 0.190/0.261/0.190; `fedadamw` (gamma 0.9, server moments) 0.134/0.430/0.669;
-  `local_adamw` is fedavg by construction (a test), so fedavg's selection; so are `mifa`, `fedvarp` and `fedsteer` in
-  the rule's setting (every client joins every round, where they equal FedAvg: a test). `fedlada` 0.141/0.359/0.563,
-  `fedact` [recon] 0.197/0.099/0.106 (it barely trains at any of the three), `fedslm` (ranks 8/16/32) 0.197/0.303/0.458.
+  same rule: 0.099/0.120/0.127 each; `head_pruning` (s = 0.5): 0.275/0.472/0.556; `fedfrozen_plateau`
+  0.394/0.507/0.669; `fedfrozen_drift` (rho 1) 0.394/0.592/0.718; `afedlf` 0.190/0.261/0.190; `fedadamw`
+  0.134/0.430/0.669; `local_adamw`, `mifa`, `fedvarp`, `fedsteer` take fedavg's (they equal FedAvg in the rule's
+  setting: tests); `fedlada` 0.141/0.359/0.563, `fedact` [recon] 0.197/0.099/0.106, `fedslm` 0.197/0.303/0.458.
 - paper: the result of `fedfrozen select-lr --dataset cifar10` (fedfrozen.selection: the same
   rule on PAPER_LR_GRID at the paper scale, stored in results/<dataset>/paper_lr.json), else
-  PAPER_DEFAULT_LR for every method. Digits-selected rates are never used at the paper scale.
+  PAPER_DEFAULT_LR for every method. Rates selected at another scale are never used at the paper scale.
 """
 
 from __future__ import annotations
