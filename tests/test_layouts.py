@@ -75,7 +75,7 @@ def _build(name):
     model.eval()
     size = model.pretrained_cfg.get("input_size", (3, 224, 224))
     g = torch.Generator().manual_seed(1)
-    return model, torch.randn(1, *size, generator=g)  # one image: each check compares a module with itself
+    return model, torch.randn(2, *size, generator=g)
 
 
 def _perturb(params, g):
