@@ -117,10 +117,7 @@ _FILES = {
                  "test_batch", "batches.meta"]],
     "cifar100": [f"cifar-100-python/{f}" for f in ["train", "test", "meta"]],
     "svhn": ["train_32x32.mat", "test_32x32.mat"],
-    "fashion_mnist": [f"FashionMNIST/raw/{f}" for f in
-                      ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                       "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]],
-}
+}  # fashion_mnist has its own reader (_load_fashion_mnist)
 
 
 def _torchvision_class(name: str):
@@ -173,13 +170,26 @@ def _to_split(ds, name: str) -> Split:
             images = images[:, None]
         else:  # (N, H, W, C)
             images = images.transpose(0, 3, 1, 2)
+    return Split(_normalised(images, name), torch.from_numpy(labels.astype(np.int64)), classes, name)
+
+
+def _normalised(images: np.ndarray, name: str) -> torch.Tensor:
+    """uint8 images (N, C, H, W) as float32 in [0, 1], standardised by `name`'s published channel statistics."""
     mean, std = _STATS[name]
     x = torch.from_numpy(np.ascontiguousarray(images)).float().div_(255.0)
-    x.sub_(torch.tensor(mean).view(1, -1, 1, 1)).div_(torch.tensor(std).view(1, -1, 1, 1))
-    return Split(x, torch.from_numpy(labels.astype(np.int64)), classes, name)
+    return x.sub_(torch.tensor(mean).view(1, -1, 1, 1)).div_(torch.tensor(std).view(1, -1, 1, 1))
 
 
-_MEMO: dict = {}  # (name, root, file sizes and mtimes) -> (train, test) of the last torchvision load
+def _memoised(paths, read):
+    """`read()`, kept in _MEMO while the files at `paths` keep their sizes and modification times."""
+    stamp = tuple((os.path.abspath(p), os.path.getsize(p), os.path.getmtime(p)) for p in paths)
+    if stamp not in _MEMO:
+        _MEMO.clear()
+        _MEMO[stamp] = read()
+    return _MEMO[stamp]
+
+
+_MEMO: dict = {}  # (file paths, sizes, mtimes) -> (train, test) of the last dataset read from files
 
 
 def _load_torchvision(name: str, root: str, download: bool) -> tuple[Split, Split]:
@@ -187,11 +197,7 @@ def _load_torchvision(name: str, root: str, download: bool) -> tuple[Split, Spli
     unchanged, so the many runs of a notebook in one process parse it once (treat its tensors as read-only)."""
     paths = [os.path.join(root, f) for f in _FILES[name]]
     if all(os.path.isfile(p) for p in paths):
-        stamp = (name, os.path.abspath(root), tuple((os.path.getsize(p), os.path.getmtime(p)) for p in paths))
-        if stamp not in _MEMO:
-            _MEMO.clear()
-            _MEMO[stamp] = _read_torchvision(name, root, download=False)
-        return _MEMO[stamp]
+        return _memoised(paths, lambda: _read_torchvision(name, root, download=False))
     return _read_torchvision(name, root, download)
 
 
@@ -238,7 +244,7 @@ def read_idx(path: str) -> np.ndarray:
     if len(raw) - start != count * dtype.itemsize:
         raise ValueError(f"{path}: header says {shape} ({count * dtype.itemsize} bytes of data), "
                          f"the file holds {len(raw) - start}")
-    return np.frombuffer(raw, dtype=dtype, offset=start).reshape(shape)
+    return np.frombuffer(bytearray(raw), dtype=dtype, offset=start).reshape(shape)  # writable (torch needs it)
 
 
 def write_idx(path, arr: np.ndarray) -> str:
@@ -286,22 +292,18 @@ def _load_fashion_mnist(root: str, download: bool) -> tuple[Split, Split]:
                              f"{str(e)[:200]}); install Debian's dataset-fashion-mnist or put the four IDX "
                              f"files in {places[0]!r}") from None
         files = _idx_files(places[0])
-    stamp = ("fashion_mnist",) + tuple((os.path.abspath(p), os.path.getsize(p), os.path.getmtime(p)) for p in files)
-    if stamp not in _MEMO:
-        _MEMO.clear()
-        arrays = [read_idx(p) for p in files]
-        for (img, lab), split in ((arrays[:2], "train"), (arrays[2:], "test")):
-            if img.ndim != 3 or lab.ndim != 1 or len(img) != len(lab):
-                raise ValueError(f"fashion_mnist {split} files disagree: images {img.shape}, labels {lab.shape} "
-                                 f"({files[0 if split == 'train' else 2]})")
-        mean, std = _STATS["fashion_mnist"]
-        splits = []
-        for img, lab in (arrays[:2], arrays[2:]):
-            x = torch.from_numpy(img.astype(np.float32)).div_(255.0).sub_(mean[0]).div_(std[0]).unsqueeze(1)
-            splits.append(Split(x.contiguous(), torch.from_numpy(lab.astype(np.int64)), list(FASHION_MNIST_CLASSES),
-                                "fashion_mnist"))
-        _MEMO[stamp] = tuple(splits)
-    return _MEMO[stamp]
+    return _memoised(files, lambda: _read_fashion_mnist(files))
+
+
+def _read_fashion_mnist(files) -> tuple[Split, Split]:
+    arrays = [read_idx(p) for p in files]
+    splits = []
+    for (img, lab), split, path in ((arrays[:2], "train", files[0]), (arrays[2:], "test", files[2])):
+        if img.ndim != 3 or lab.ndim != 1 or len(img) != len(lab):
+            raise ValueError(f"fashion_mnist {split} files disagree: images {img.shape}, labels {lab.shape} ({path})")
+        splits.append(Split(_normalised(img[:, None], "fashion_mnist").contiguous(),
+                            torch.from_numpy(lab.astype(np.int64)), list(FASHION_MNIST_CLASSES), "fashion_mnist"))
+    return tuple(splits)
 
 
 DATASETS = ("digits", "cifar10", "cifar100", "svhn", "fashion_mnist")

@@ -9,6 +9,7 @@ complete).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import platform
@@ -80,10 +81,8 @@ def atomic_dir(folder, fill, tries: int = 100) -> Path:
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
                     raise
             old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old."))
-            try:  # move what is there aside (another writer may just have done so), then try again
-                os.replace(folder, old / "entry")
-            except FileNotFoundError:
-                pass
+            with contextlib.suppress(FileNotFoundError):  # move what is there aside (another writer may
+                os.replace(folder, old / "entry")               # just have done so), then try again
             shutil.rmtree(old, ignore_errors=True)
         raise OSError(f"could not put {folder} in place after {tries} tries: other processes keep replacing it")
     except BaseException:
