@@ -12,6 +12,7 @@ largest per-round test-accuracy difference between the Flower run and the loop.
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
+    # a SIGTERM (a CI job cancelled, `kill`) unwinds like Ctrl-C, so the `finally` below stops the SuperLink this
+    # benchmark keeps running between its two `flwr run`s (left behind, it broke later Flower tests)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rc = {"method": "fedavg", "rounds": args.rounds, "num-clients": args.clients, "eval-every": 5}
     cfg = config_from_run(rc)
 

@@ -49,14 +49,21 @@ def config_key(cfg) -> str:
     """Hash of the config's non-default fields and the package version (12 hex digits).
 
     Fields at their default value are left out, so adding a Config field (with a default that
-    keeps the old behaviour) does not invalidate the cache.
+    keeps the old behaviour) does not invalidate the cache. A method whose results a fix changed
+    (Method.results_revision > 0) adds its revision, so its old Histories are not served; the keys
+    of every other method stay as they were.
     """
     from . import __version__
     from .config import Config
+    from .methods import names, results_revision
 
     defaults = _defaults(Config)
     changed = {k: v for k, v in cfg.to_dict().items() if k not in defaults or defaults[k] != v}
-    payload = json.dumps({"config": changed, "version": __version__}, sort_keys=True)
+    content = {"config": changed, "version": __version__}
+    revision = results_revision(cfg.method) if cfg.method in names() else 0
+    if revision:
+        content["revision"] = revision
+    payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 

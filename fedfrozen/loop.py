@@ -27,7 +27,7 @@ from .flat import FlatParams
 from .history import History
 from .io import atomic_write, environment, threads_setting
 from .progress import progress_bar
-from .rng import derive_seed
+from .rng import seed_for
 
 __all__ = ["run", "CheckpointError", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics", "prepare", "Setup",
            "save_checkpoint"]
@@ -71,7 +71,7 @@ class Setup:
         self.num_classes = train.num_classes
         if cfg.train_subset is not None:
             train = data.subset(train, cfg.train_subset)
-        rng = np.random.default_rng(derive_seed(cfg.seed, 101))
+        rng = np.random.default_rng(seed_for("holdout", cfg.seed))
         labels = train.y.numpy()
         val_idx, rest = _stratified_holdout(labels, cfg.val_fraction, rng)
         pub_rel, pool_rel = _stratified_holdout(labels[rest], cfg.public_fraction, rng)
@@ -98,7 +98,7 @@ class Setup:
         self.client_eval_owner = torch.cat([torch.full((len(t),), i, device=device)
                                             for i, t in enumerate(self.client_eval)])
 
-        torch.manual_seed(derive_seed(cfg.seed, 102))
+        torch.manual_seed(seed_for("init", cfg.seed))
         kw = dict(cfg.model_kwargs)
         if cfg.model in models.PROJECT_MODELS:
             kw.setdefault("in_chans", train.x.shape[1])
@@ -162,7 +162,7 @@ def _pretrain_on_public(s: Setup) -> None:
     """Server warm start: `server_pretrain_epochs` of centralised training on the public split."""
     cfg = s.cfg
     opt = local.make_optimizer(cfg, s.flat)
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, 103))
+    gen = torch.Generator().manual_seed(seed_for("server_pretrain", cfg.seed))
     local.train(s, opt, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
 
 
@@ -292,7 +292,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
                 opt.mask = cmask
                 trains = mask if cmask is None else cmask * mask  # what this client trains, within the stage's groups
                 method.init_client(r, cid, None if use_batched else opt, trains)
-                seed = derive_seed(cfg.seed, r, cid, 105)
+                seed = seed_for("local_batches", cfg.seed, r, cid)
                 if not use_batched:  # (the batched engine refuses models with random layers)
                     torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
                 c = dict(cid=cid, idx=s.client_train[cid], gen=torch.Generator().manual_seed(seed), mask=cmask,

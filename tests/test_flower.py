@@ -1,6 +1,9 @@
 """The Flower apps (fedfrozen.flower) run the same federation as fedfrozen.run."""
 
+import contextlib
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -23,20 +26,44 @@ def flower_history(cfg, tmp_path, **kw) -> ff.History:
 _NAMES = ("raylet", "ray::", "gcs_server", "flower-superlink", "flower-superexec", "flower-supernode",
           "flwr-serverapp", "flwr-clientapp", "flwr-simulation")
 _BEFORE: set[int] = set()
+_TMP: list[str] = []
 
 
-def _flower_processes() -> list[tuple[int, str]]:
+def _flower_processes() -> list[tuple[int, int, str]]:
     from fedfrozen.flower.launch import process_table
 
-    return [(pid, args) for pid, _, state, args in process_table() if state != "Z" and any(k in args for k in _NAMES)]
+    return [(pid, ppid, args) for pid, ppid, state, args in process_table()
+            if state != "Z" and any(k in args for k in _NAMES)]
 
 
 @pytest.fixture(autouse=True)
-def _processes_before():
-    """The Ray/Flower processes already running when a test starts (another job's, a CI run beside this one):
-    not the test's to answer for."""
+def _own_processes_only(tmp_path, monkeypatch):
+    """What a test answers for: the Ray/Flower processes it started. The launcher's homes go under the test's
+    tmp_path (tempfile's folder), so its processes carry that path; the in-process simulation's Ray runtime are
+    this process's descendants. Processes running before the test (another job's, a CI run beside this one) and
+    unrelated ones started meanwhile (another user's Flower run) are not counted."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     _BEFORE.clear()
-    _BEFORE.update(pid for pid, _ in _flower_processes())
+    _BEFORE.update(pid for pid, _, _ in _flower_processes())
+    _TMP[:] = [str(tmp_path)]
+
+
+def _descendants(rows, root: int) -> set[int]:
+    from fedfrozen.flower.launch import process_table
+
+    parent = {pid: ppid for pid, ppid, _, _ in process_table()}
+    out = set()
+    for pid, _, _ in rows:
+        p, seen = pid, set()
+        while p in parent and p not in seen and p > 1:
+            seen.add(p)
+            if parent[p] == root:
+                out.add(pid)
+                break
+            p = parent[p]
+    return out
 
 
 def leftover_processes(wait: float = 20.0) -> list[str]:
@@ -44,10 +71,50 @@ def leftover_processes(wait: float = 20.0) -> list[str]:
     moment to exit); exited ones waiting to be reaped by their parent (state Z) do not count."""
     deadline = time.time() + wait
     while True:
-        left = [f"{pid} {args}" for pid, args in _flower_processes() if pid not in _BEFORE]
+        rows = [r for r in _flower_processes() if r[0] not in _BEFORE]
+        mine = _descendants(rows, os.getpid())
+        left = [f"{pid} {args}" for pid, _, args in rows if pid in mine or any(t in args for t in _TMP)]
         if not left or time.time() > deadline:
             return left
         time.sleep(0.5)
+
+
+def test_only_the_launchs_own_processes_are_found_and_stopped(tmp_path):
+    """An unrelated Flower process on the same machine (another user's SuperLink) is neither found nor stopped;
+    the launch's own (its home in the command line) and their children are, and the check after is empty."""
+    import subprocess
+    import sys
+
+    from fedfrozen.flower import launch
+
+    home = tmp_path / "home"
+    home.mkdir()
+    sleeper = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+               "time.sleep(300)")
+    # the unrelated one is not this test's child: started through a process that exits at once (as another
+    # user's run would be, it has a parent of its own)
+    spawn = ("import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', sys.argv[1], 'flower-superlink', "
+             "'--insecure', '--simulation'], start_new_session=True, stdout=subprocess.DEVNULL, "
+             "stderr=subprocess.DEVNULL).pid)")
+    other = int(subprocess.run([sys.executable, "-c", spawn, sleeper], capture_output=True, text=True,
+                               check=True).stdout)
+    own = subprocess.Popen([sys.executable, "-c", sleeper, "flower-superlink", "--database", str(home / "state.db")],
+                           start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while len(launch.processes_of(home)) < 2 and time.time() < deadline:  # the parent and its child
+            time.sleep(0.1)
+        found = launch.processes_of(home)
+        assert own.pid in found and len(found) == 2 and other not in found
+        assert set(launch.stop(home)) == set(found)
+        assert own.wait(timeout=60) is not None and launch.processes_of(home) == []
+        assert launch._alive(other)  # the unrelated one still runs, and is not this test's leftover
+        assert leftover_processes(wait=0) == []
+    finally:
+        for pid in (own.pid, other):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        own.wait()
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedfrozen", "fedprox", "fedadam"])

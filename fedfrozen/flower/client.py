@@ -10,7 +10,7 @@ from flwr.clientapp import ClientApp
 
 from .. import local, loop, qkv
 from ..config import Config
-from ..rng import derive_seed
+from ..rng import seed_for
 
 __all__ = ["app", "train_client", "failing"]
 
@@ -47,7 +47,7 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf) -> tuple[dict
     trainable = [g for g in qkv.GROUPS if g not in frozen]
     opt = local.make_optimizer(cfg, flat, trainable)
     opt.lr = float(conf["lr"])
-    seed = derive_seed(cfg.seed, r, cid, 105)
+    seed = seed_for("local_batches", cfg.seed, r, cid)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     loss_sum, steps = local.train(s, opt, s.client_train[cid], gen, epochs=cfg.local_epochs, steps=cfg.local_steps,

@@ -4,7 +4,9 @@ federation, and a TLS deployment (SuperLink + SuperNodes as separate processes) 
 Each launch uses a private Flower home (FLWR_HOME, a temporary folder): its config.toml names the SuperLink
 connection, and every process the launch starts carries that folder in its command line, so `stop(home)`
 finds and stops exactly those (Flower 1.42's `flwr run` against a `:local:` connection starts a managed
-SuperLink that stays up after the run; this stops it). Runtime dependency installation is switched off
+SuperLink that stays up after the run; this stops it). Only those: another Flower run on the same machine
+(a second notebook, another user) is never looked at, stopped or counted; `processes_of(home)` is what a
+caller checks afterwards (notebook 08, the tests). A launch that cannot stop its own processes raises. Runtime dependency installation is switched off
 (FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1): the apps run in the installed environment.
 """
 
@@ -23,7 +25,12 @@ from pathlib import Path
 from ..history import History
 from ..io import project_root
 
-__all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop", "deploy", "check_tls", "write_certificates"]
+__all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop", "deploy", "check_tls", "write_certificates",
+           "LeftRunning"]
+
+
+class LeftRunning(RuntimeError):
+    """A launch's own processes still ran after SIGTERM and SIGKILL."""
 
 
 def run_config_arg(run_config: dict) -> str:
@@ -93,18 +100,27 @@ def processes_of(home) -> list[int]:
 
 
 def stop(home, pids=(), timeout: float = 10.0) -> list[int]:
-    """Stop `pids` and every process of the Flower home `home` (SIGTERM, then SIGKILL); the stopped pids."""
-    targets = sorted(set(pids) | set(processes_of(home)))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in targets:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.time() + timeout
-        while time.time() < deadline and any(_alive(p) for p in targets):
-            time.sleep(0.2)
-        if not any(_alive(p) for p in targets):
-            break
-    return targets
+    """Stop `pids` and every process of the Flower home `home` (SIGTERM, then SIGKILL), looking again for
+    processes they started meanwhile; the stopped pids. Raises LeftRunning naming any still alive."""
+    stopped: set[int] = set()
+    for _ in range(3):
+        targets = sorted((set(pids) | set(processes_of(home))) - {p for p in stopped if not _alive(p)})
+        if not targets:
+            return sorted(stopped)
+        stopped |= set(targets)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.time() + timeout
+            while time.time() < deadline and any(_alive(p) for p in targets):
+                time.sleep(0.2)
+            if not any(_alive(p) for p in targets):
+                break
+    left = sorted(p for p in stopped | set(processes_of(home)) if _alive(p))
+    if left:
+        raise LeftRunning(f"processes of the Flower home {home} still run after SIGTERM and SIGKILL: {left}")
+    return sorted(stopped)
 
 
 def _alive(pid: int) -> bool:

@@ -12,12 +12,12 @@ from .base import LOCAL_OBJECTIVES, Method
 from .fedopt import DEFAULT_SERVER_LR, SERVER_STEPS, ServerOptimizer
 from .freezing import FREEZE_SCHEDULES, FreezeSchedule
 from .objective import LocalObjective
-from .registry import build, composition, describe, names, register, unregister
+from .registry import build, composition, describe, names, register, results_revision, unregister
 from .scaffold import scaffold_variant
 
 SERVER_OPTIMIZERS = tuple(SERVER_STEPS)
 SCAFFOLD_VARIANTS = ("auto", "gradient", "update")
 
 __all__ = ["Method", "LocalObjective", "FreezeSchedule", "ServerOptimizer", "register", "unregister", "names",
-           "describe", "build", "composition", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS", "SERVER_STEPS",
+           "describe", "build", "composition", "results_revision", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS", "SERVER_STEPS",
            "FREEZE_SCHEDULES", "DEFAULT_SERVER_LR", "SCAFFOLD_VARIANTS", "scaffold_variant"]

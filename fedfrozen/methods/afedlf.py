@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import augment
-from ..rng import derive_seed
+from ..rng import seed_for
 from .base import Method, probe_loss
 from .fedtlu import layer_of_parameters
 
@@ -35,7 +35,7 @@ BANDWIDTH = 1e6        # bytes per second of a median link
 
 def device_profiles(cfg) -> tuple[np.ndarray, np.ndarray]:
     """(compute speed, bandwidth) of every client, log-normal around 1 (sigma 0.5), seeded by the config."""
-    rng = np.random.default_rng(derive_seed(cfg.seed, 107))
+    rng = np.random.default_rng(seed_for("afedlf_devices", cfg.seed))
     return rng.lognormal(0.0, 0.5, cfg.n_clients), rng.lognormal(0.0, 0.5, cfg.n_clients)
 
 
@@ -49,6 +49,7 @@ class AFedLF(Method):
     """FedAvg with a per-client frozen prefix chosen for gain per simulated second, and a prefix cache."""
 
     batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
+    results_revision = 1  # 1: the device profiles draw from their own seed (they shared skewed participation's)
 
     def setup(self, setup) -> None:
         super().setup(setup)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..rng import derive_seed
+from ..rng import seed_for
 from .feddyn import FedDyn
 from .fedopt import ServerOptimizer
 from .freezing import FREEZE_SCHEDULES
@@ -68,7 +68,7 @@ def participation_probabilities(cfg) -> np.ndarray:
     if cfg.participation == "uniform":
         return np.full(n, (cfg.clients_per_round or n) / n)
     weight = np.ones(n)
-    weight[np.random.default_rng(derive_seed(cfg.seed, 107)).permutation(n)[:n // 2]] += cfg.participation_skew
+    weight[np.random.default_rng(seed_for("participation", cfg.seed)).permutation(n)[:n // 2]] += cfg.participation_skew
     return cfg.participation_rate * n * weight / weight.sum()
 
 
@@ -84,6 +84,9 @@ class Method:
     # replace the forward pass (client_forward) nor use the local optimiser object given to init_client
     # (None under the batched engine). A method that does sets this False.
     batched = True
+    # bumped when a method's results change for the same Config (a fix): the results cache keys on it, so a
+    # cached History of the old behaviour is not served (fedfrozen.experiments.config_key)
+    results_revision = 0
 
     def __init__(self, cfg, *, local: str = "plain", server: str = "avg", schedule: str = "none",
                  frozen: tuple | None = ()):
@@ -127,12 +130,12 @@ class Method:
         if cfg.participation == "full":
             return list(range(cfg.n_clients))
         if cfg.participation == "skewed":
-            rng = np.random.default_rng(derive_seed(cfg.seed, r, 104))
+            rng = np.random.default_rng(seed_for("sampling", cfg.seed, r))
             return [int(i) for i in np.flatnonzero(rng.random(cfg.n_clients) < participation_probabilities(cfg))]
         m = cfg.clients_per_round or cfg.n_clients
         if m >= cfg.n_clients:
             return list(range(cfg.n_clients))
-        rng = np.random.default_rng(derive_seed(cfg.seed, r, 104))
+        rng = np.random.default_rng(seed_for("sampling", cfg.seed, r))
         return sorted(int(i) for i in rng.choice(cfg.n_clients, size=m, replace=False))
 
     # --- what trains --------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..rng import derive_seed
+from ..rng import seed_for
 from .base import Method
 
 __all__ = ["FedSLM", "body_linears", "default_ranks"]
@@ -80,7 +80,7 @@ class FedSLM(Method):
         if self.adapter > smallest:
             raise ValueError(f"fedslm_adapter_rank ({self.adapter}) exceeds the smallest linear layer of the body "
                              f"({smallest})")
-        perm = np.random.default_rng(derive_seed(cfg.seed, 110)).permutation(cfg.n_clients)
+        perm = np.random.default_rng(seed_for("fedslm_groups", cfg.seed)).permutation(cfg.n_clients)
         self.group = np.empty(cfg.n_clients, dtype=np.int64)
         self.group[perm] = np.arange(cfg.n_clients) % len(self.ranks)
         self.flat = setup.flat

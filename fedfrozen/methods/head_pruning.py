@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..qkv import SplitQKV
-from ..rng import derive_seed
+from ..rng import seed_for
 from .base import PROBE, Method, probe_loss
 
 __all__ = ["HeadPruning", "head_index", "EXPLORE"]
@@ -85,7 +85,7 @@ class HeadPruning(Method):
         m = cfg.clients_per_round or cfg.n_clients
         if m >= cfg.n_clients or cfg.participation != "uniform":  # nothing to choose, or who joins is not ours to choose
             return super().sample_clients(r)
-        rng = np.random.default_rng(derive_seed(cfg.seed, r, 106))
+        rng = np.random.default_rng(seed_for("head_pruning", cfg.seed, r))
         score = torch.nan_to_num(self.importance, nan=math.inf).tolist()  # never seen: first
         order = sorted(range(cfg.n_clients), key=lambda i: (-score[i], i))
         n_random = int(rng.binomial(m, EXPLORE))

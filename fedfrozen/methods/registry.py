@@ -26,7 +26,7 @@ from .fedtlu import FedTLU
 from .head_pruning import HeadPruning
 from .stale import MIFA, FedSteer, FedVARP
 
-__all__ = ["register", "unregister", "names", "describe", "build", "composition"]
+__all__ = ["register", "unregister", "names", "describe", "build", "composition", "results_revision"]
 
 _REGISTRY: dict[str, tuple] = {}
 
@@ -69,6 +69,13 @@ def describe() -> dict:
 def composition(name: str) -> dict:
     """The component choices a preset was registered with (empty for a plugin class with defaults)."""
     return dict(_REGISTRY[name][1])
+
+
+def results_revision(name: str) -> int:
+    """The results revision of method `name` (Method.results_revision; 0 for a factory that is not a class)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"method must be one of {', '.join(_REGISTRY)}; got {name!r}")
+    return int(getattr(_REGISTRY[name][0], "results_revision", 0))
 
 
 def build(cfg) -> Method:

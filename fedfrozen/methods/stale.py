@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..rng import derive_seed
+from ..rng import seed_for
 from .base import Method, participation_probabilities
 
 __all__ = ["MIFA", "FedVARP", "FedSteer"]
@@ -116,7 +116,7 @@ class FedSteer(MIFA):
         cfg = self.cfg
         self.K = cfg.fedsteer_core or min(10, cfg.n_clients)  # Config refuses a core larger than n_clients
         self.lam = cfg.fedsteer_lambda
-        rng = np.random.default_rng(derive_seed(cfg.seed, 108))
+        rng = np.random.default_rng(seed_for("fedsteer_subspace", cfg.seed))
         self.core = sorted(int(i) for i in rng.choice(cfg.n_clients, size=self.K, replace=False))
         self.S = torch.zeros(cfg.n_clients, self.K, device=setup.device)  # s_i: coordinates of client i
         self.head = setup.flat.group_slice("head")
@@ -163,7 +163,7 @@ class FedSteer(MIFA):
     def select_core(self, r: int, swaps: int = 5) -> list[int]:
         """A seeded random core set, improved by up to `swaps` best single swaps (member out, non-member in)."""
         n = self.cfg.n_clients
-        rng = np.random.default_rng(derive_seed(self.cfg.seed, r, 109))
+        rng = np.random.default_rng(seed_for("fedsteer_core", self.cfg.seed, r))
         core = sorted(int(i) for i in rng.choice(n, size=self.K, replace=False))
         inputs = self._core_inputs()
         best = self.core_objective(core, inputs)

@@ -1,0 +1,29 @@
+"""The golden Histories (tools/golden.py): every registered method and the round's other paths give, on the
+machine a record was made on, bit-identically the Histories recorded there."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("golden", Path(__file__).resolve().parents[1] / "tools" / "golden.py")
+golden = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(golden)
+
+
+def test_every_registered_method_has_a_golden_case():
+    from fedfrozen.methods import registry
+
+    assert set(registry.names()) <= set(golden.cases())
+
+
+def test_golden_histories_are_bit_identical(monkeypatch):
+    saved = json.loads(golden.FILE.read_text())
+    ref = saved.get(golden.machine())
+    if ref is None:
+        pytest.skip(f"no golden record for this machine ({golden.machine()}): float sums differ across CPUs; "
+                    f"record one with `python tools/golden.py record` before a change")
+    got = golden.compute()
+    assert set(got) == set(ref), "cases were added or removed: record again"
+    assert [k for k in sorted(got) if got[k] != ref[k]] == []
