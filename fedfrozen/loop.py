@@ -324,6 +324,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
                     break
                 train_loss += p * client_loss
                 torch.sub(flat.data, x_global, out=delta)
+                method.upload(r, cid, delta)
                 method.aggregate(acc, cid, delta, p)
                 for g, sq in flat.group_sq_norms(delta).items():
                     client_sq[g] += p * sq

@@ -43,6 +43,7 @@ def test_clients_start_from_their_groups_truncation_and_keep_its_rank():
         s.flat.data.add_(torch.randn_like(x) * 0.1)
         delta = s.flat.data - x
         acc = torch.zeros_like(x)
+        m.upload(0, cid, delta)  # what the client sends
         m.aggregate(acc, cid, delta, 1.0)
         for layer in m.layers:
             assert torch.linalg.matrix_rank(m._view(x + acc, layer), atol=1e-4).item() == r
@@ -55,8 +56,9 @@ def test_adapters_add_a_rank_a_change_to_the_fixed_base():
     m.init_client(0, 0, None, torch.ones_like(x))
     base = [m._view(s.flat.data, layer).clone() for layer in m.layers]
     s.flat.data.add_(torch.randn_like(x) * 0.1)
-    acc = torch.zeros_like(x)
-    m.aggregate(acc, 0, s.flat.data - x, 1.0)
+    acc, delta = torch.zeros_like(x), s.flat.data - x
+    m.upload(0, 0, delta)
+    m.aggregate(acc, 0, delta, 1.0)
     for layer, b in zip(m.layers, base):
         change = m._view(x + acc, layer) - b
         assert torch.linalg.matrix_rank(change, atol=1e-4).item() == 2

@@ -273,3 +273,42 @@ def test_scaffold_both_options_equal_fedavg_on_identical_clients(variant, monkey
     for col in ["train_loss", "test_loss", "test_acc"]:
         assert (avg[col] - sca[col]).abs().max() < 1e-5, col
     assert (sca["bytes_up"] == 2 * avg["bytes_up"]).all() and (sca["bytes_down"] == 2 * avg["bytes_down"]).all()
+
+
+_HOOKS = ("frozen_groups", "on_stage_switch", "value_penalty", "sample_clients", "begin_round", "anchor_coeff",
+          "client_mask", "init_client", "client_forward", "correction", "upload", "aggregate", "after_client",
+          "client_bytes", "server_update", "on_round_end")
+_PRE = ["client_mask", "init_client", "client_forward", "correction"]
+_POST = ["upload", "aggregate", "after_client", "client_bytes"]
+
+
+@pytest.mark.parametrize("engine", ["sequential", "batched"])
+def test_the_hooks_are_called_in_the_documented_order(engine):
+    """The order of methods/base.py's docstring and docs/methods.md, recorded (outermost calls only: a hook
+    calling another, as value_penalty calls frozen_groups, counts once). Sequentially each client passes its
+    hooks before and after training in turn; the batched engine runs every client's pre-training hooks first."""
+    calls = []
+
+    def recorded(name):
+        def hook(self, *a, **kw):
+            self._depth = getattr(self, "_depth", 0) + 1
+            if self._depth == 1:
+                calls.append(name)
+            try:
+                return getattr(M.Method, name)(self, *a, **kw)
+            finally:
+                self._depth -= 1
+        return hook
+
+    Recorder = type("Recorder", (M.Method,), {h: recorded(h) for h in _HOOKS})
+    M.register("hook_recorder", Recorder, summary="records its hooks", schedule="warmup", frozen=("qk",))
+    try:
+        ff.run(tiny_config(method="hook_recorder", rounds=2, warmup_rounds=1, clients_per_round=2, engine=engine),
+               progress=False)
+    finally:
+        M.unregister("hook_recorder")
+    clients = _PRE + _POST + _PRE + _POST if engine == "sequential" else _PRE + _PRE + _POST + _POST
+    head = ["frozen_groups", "value_penalty", "sample_clients", "begin_round", "anchor_coeff"]
+    tail = ["server_update", "on_round_end"]
+    switch = ["frozen_groups", "on_stage_switch", *head[1:]]
+    assert calls == [*head, *clients, *tail, *switch, *clients, *tail]

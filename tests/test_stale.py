@@ -145,3 +145,15 @@ def test_bad_input_is_named_before_training():
         tiny_config(method="fedsteer", fedsteer_lambda=0.0)
     with pytest.raises(ValueError, match="fedsteer_core"):
         tiny_config(method="fedsteer", fedsteer_core=0)
+
+
+@pytest.mark.parametrize("method", ["mifa", "fedvarp", "fedsteer"])
+def test_drift_metrics_measure_the_plain_mean_of_the_sampled_updates(method):
+    """What every method reports: round 0's updates are FedAvg's (same start, same batches), so the drift and
+    update-norm columns equal FedAvg's, although the server steps along its own direction (the data shares over
+    all N clients; the applied step differs, and so does round 1's model)."""
+    kw = dict(n_clients=4, clients_per_round=2, rounds=2, fedsteer_core=2)
+    hs, ha = ff.run(tiny_config(method=method, **kw), progress=False), ff.run(tiny_config(method="fedavg", **kw), progress=False)
+    cols = [c for c in ha.rows[0] if c.startswith(("drift_", "update_norm_"))]
+    assert cols and all(hs.rows[0][c] == pytest.approx(ha.rows[0][c], rel=1e-6) for c in cols if ha.rows[0][c] is not None)
+    assert hs.rows[0]["test_acc"] != ha.rows[0]["test_acc"] or hs.rows[1]["test_acc"] != ha.rows[1]["test_acc"]

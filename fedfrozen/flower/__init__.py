@@ -36,7 +36,7 @@ RUN_CONFIG_FIELDS = {
 
 # Method hooks that run on the client; the Flower client runs none of them (only the loop's local step with
 # the prox term and value penalty the server sends), so a method overriding one is refused.
-CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "after_client")
+CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "upload", "after_client")
 
 UNSUPPORTED = {
     "scaffold": "client control variates are state kept across rounds on each client",

@@ -4,21 +4,25 @@ A method is one object. The loop (fedfrozen.loop.run) owns the resident model, t
 buffers and the order of events; at each point where methods differ it calls a hook:
 
     setup(setup)                                  once, before round 0 (or a resume)
-    per round r:
+    per round r, in this order (tests/test_methods.py records it under both engines):
       frozen_groups(r)                            groups no client trains this round (stage switch when it changes)
       on_stage_switch(frozen)                     when frozen_groups changed: drop state of the old stage
+      value_penalty(r)                            lambda of the value penalty this round
       sample_clients(r)                           participation
       begin_round(r, sampled)
-      per sampled client i:
+      anchor_coeff()                              the local objective's prox weight this round
+      per sampled client i, before it trains:
         client_mask(r, i)                         finer per-client trainable mask over the flat vector (None: all trainable)
         init_client(r, i, opt, mask)              client optimiser state / pre-training work (SCAFFOLD option I)
         client_forward(r, i)                      None, or a forward(batch indices, inputs) replacing the model's (cached prefixes)
-        anchor_coeff(), correction(i),            the local objective's gradient terms
-        value_penalty(r)
-        after_client(r, i, delta, steps, lr, mask)
-        client_bytes(r, i, payload, trainable)    exact bytes down and up
+        correction(i)                             the local objective's gradient correction (SCAFFOLD, FedDyn)
+      (the client trains; under the batched engine every client of a chunk passes the hooks above first)
+      per sampled client i, after it trained, in the sampled order (the model holds its weights):
+        upload(r, i, delta)                       rewrite the update into what the client sends (in place; FedSLM)
         aggregate(acc, i, delta, weight)          fold the upload into the round's accumulator (in place)
-      server_update(r, x, acc, mask, sampled)     the server step on the aggregated update
+        after_client(r, i, delta, steps, lr, mask)  client state from the update (control variates, caches)
+        client_bytes(r, i, payload, trainable)    exact bytes down and up
+      server_update(r, x, acc, mask, sampled)     the server step on the aggregated update (not called when nobody joined)
       on_round_end(r, row, history)               sees the History row; True stops the run
     state_dict() / load_state_dict()              everything needed for a bit-exact resume
 
@@ -193,6 +197,10 @@ class Method:
         self.local.after_client(cid, delta, steps, lr, mask)
 
     # --- communication and aggregation --------------------------------------------------------
+    def upload(self, r: int, cid: int, delta: torch.Tensor) -> None:
+        """Rewrite client `cid`'s update `delta` (client - global) in place into what it sends: FedAvg sends it
+        as it is. Runs before `aggregate`, the drift metrics and `after_client`, which all see the upload."""
+
     def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
         """(down, up) bytes of client `cid`: `payload` is the bytes of what it trains (its mask's entries),
         `trainable` those of every trainable group. FedAvg's exchange: the payload, each way."""

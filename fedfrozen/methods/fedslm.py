@@ -116,7 +116,8 @@ class FedSLM(Method):
         for layer, w in zip(self.layers, self._group_base(self.group_of(cid))):
             self._view(self.flat.data, layer).copy_(w)  # the model holds the client's truncated weights
 
-    def aggregate(self, acc: torch.Tensor, cid: int, delta: torch.Tensor, weight: float) -> None:
+    def upload(self, r: int, cid: int, delta: torch.Tensor) -> None:
+        """What a client of group g sends: its body layers truncated to rank r_g (or its rank-a adapters)."""
         g = self.group_of(cid)
         x = self.flat.data  # the client's trained weights
         for layer, w in zip(self.layers, self._group_base(g)):
@@ -124,7 +125,6 @@ class FedSLM(Method):
             kept = truncate(trained, self.ranks[g]) if not self.adapter else w + truncate(trained - w, self.adapter)
             global_w = trained - self._view(delta, layer)  # delta = client - global
             self._view(delta, layer).copy_(kept - global_w)
-        super().aggregate(acc, cid, delta, weight)
 
     def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
         g = self.group_of(cid)

@@ -37,7 +37,13 @@ __all__ = ["MIFA", "FedVARP", "FedSteer"]
 
 class MIFA(Method):
     """MIFA: the data-weighted mean of every client's latest update. Holds the server cache (the latest update
-    of every client) and the round's fresh updates, which FedVARP and FedSteer reuse with their own `direction`."""
+    of every client) and the round's fresh updates, which FedVARP and FedSteer reuse with their own `direction`.
+
+    The round's accumulator keeps the plain mean of the sampled updates, which the History's drift and
+    update-norm columns measure (as for every other method); the direction the server applies is a buffer of
+    its own."""
+
+    results_revision = 1  # 1: drift_* / update_norm_* measure the plain mean (they measured the applied direction)
 
     def setup(self, setup) -> None:
         super().setup(setup)
@@ -48,6 +54,7 @@ class MIFA(Method):
         self.d = torch.as_tensor(sizes / sizes.sum(), dtype=setup.flat.data.dtype, device=setup.device)
         self.p = torch.as_tensor(participation_probabilities(self.cfg), dtype=self.d.dtype, device=setup.device)
         self.fresh: dict[int, torch.Tensor] = {}
+        self.applied = torch.zeros(numel, device=setup.device)  # the direction the server steps along
         self._masked = True
 
     def begin_round(self, r: int, sampled: list[int]) -> None:
@@ -71,8 +78,8 @@ class MIFA(Method):
         if not self._masked:
             self.H.mul_(mask)
             self._masked = True
-        acc.copy_(self.direction(r))
-        super().server_update(r, x, acc, mask, sampled)
+        self.applied.copy_(self.direction(r))
+        super().server_update(r, x, self.applied, mask, sampled)
 
     def _store_fresh(self) -> None:
         for cid, u in self.fresh.items():
