@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 import fedfrozen as ff
 from fedfrozen import local, loop
-from fedfrozen.rng import derive_seed
+from fedfrozen.rng import seed_for
 
 p = argparse.ArgumentParser()
 p.add_argument("--rounds", type=int, default=4)
@@ -35,7 +35,7 @@ R = cfg.rounds
 
 
 def client_batches(r, cid):
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, r, cid, 105))
+    gen = torch.Generator().manual_seed(seed_for("local_batches", cfg.seed, r, cid))
     idx = setup.client_train[cid]
     return [idx[b] for b in local.batches(len(idx), cfg, gen, cfg.local_epochs, None)]
 

@@ -8,6 +8,10 @@ differs between methods (participation, what trains, gradient terms, bytes, aggr
 server step, per-round decisions, state) is a hook of `fedfrozen.methods.Method`; when the
 frozen groups change (FedFrozen's stage switch at T0) the local optimiser is rebuilt over the
 trainable parameters and the method drops the old stage's state (docs/methods.md).
+
+The round itself is `fedfrozen.round`: `Round` (the server's side: opening, folding, closing, also
+run by the Flower strategy) and `LocalTraining` (the clients' side in this process, either
+engine); `run` below is the loop over rounds, with setup, resume, callbacks and checkpoints.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import warnings
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import batched, data, local, methods, models, partition, qkv
 from .config import Config
@@ -28,6 +31,7 @@ from .history import History
 from .io import atomic_write, environment, threads_setting
 from .progress import progress_bar
 from .rng import seed_for
+from .round import LocalTraining, Round, evaluate, evaluate_round, lr_at, round_metrics
 
 __all__ = ["run", "CheckpointError", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics", "prepare", "Setup",
            "save_checkpoint"]
@@ -140,24 +144,6 @@ def _load_initial_weights(model, path: str) -> None:
                          f"({str(e).splitlines()[0][:200]} ...)") from None
 
 
-# --- evaluation ---------------------------------------------------------------------------
-
-@torch.no_grad()
-def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, amp: bool = False):
-    """(mean loss, accuracy, per-sample correctness) of `model` on (x, y)."""
-    model.eval()
-    if len(y) == 0:
-        return float("nan"), float("nan"), torch.zeros(0, dtype=torch.bool)
-    losses, correct = [], []
-    for i in range(0, len(y), batch_size):
-        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=amp):
-            out = model(x[i:i + batch_size]).float()
-        losses.append(F.cross_entropy(out, y[i:i + batch_size], reduction="sum"))
-        correct.append(out.argmax(1) == y[i:i + batch_size])
-    correct = torch.cat(correct)
-    return (torch.stack(losses).sum() / len(y)).item(), correct.float().mean().item(), correct
-
-
 def _pretrain_on_public(s: Setup) -> None:
     """Server warm start: `server_pretrain_epochs` of centralised training on the public split."""
     cfg = s.cfg
@@ -167,34 +153,6 @@ def _pretrain_on_public(s: Setup) -> None:
 
 
 # --- the loop -----------------------------------------------------------------------------
-
-def _lr_at(cfg: Config, r: int) -> float:
-    """The local lr of round r: a linear warm-up over lr_warmup_rounds, then constant or cosine decay."""
-    w = cfg.lr_warmup_rounds
-    if r < w:
-        return cfg.lr * (r + 1) / (w + 1)
-    if cfg.lr_schedule == "cosine":
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * (r - w) / (cfg.rounds - w)))
-    return cfg.lr
-
-
-def _head_ratios(new, old) -> list:
-    return [((a - b).flatten(1).norm(dim=1) / (b.flatten(1).norm(dim=1) + _EPS)) for a, b in zip(new, old)]
-
-
-def _kernel_change(new, old) -> float | None:
-    """Mean over layers and heads of the relative change of the attention kernels in one round."""
-    if not new:
-        return None
-    return torch.cat(_head_ratios(new, old)).mean().item()
-
-
-def _kernel_changes(new, old) -> list[float] | None:
-    """Per layer (from the input up), the mean over heads of the relative kernel change in one round."""
-    if not new:
-        return None
-    return [r.mean().item() for r in _head_ratios(new, old)]
-
 
 def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, checkpoint=None,
         checkpoint_every: int = 1, checkpoint_seconds: float = 0.0, train=None, test=None) -> History:
@@ -228,162 +186,59 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
     if cfg.engine == "batched" and not getattr(method, "batched", True):
         raise ValueError(batched.unsupported(method, torch.nn.Module()) + "; use engine='sequential' or 'auto'")
     s = prepare(cfg, train, test)
-    flat, model, device = s.flat, s.model, s.device
-    use_batched = _resolve_engine(cfg, method, model)
     if cfg.init == "public":
         _pretrain_on_public(s)
     method.setup(s)
 
-    x_global = flat.data.clone()
-    delta = torch.empty_like(x_global)
-    acc = torch.empty_like(x_global)
-    hist = History(config=cfg.to_dict(), env=environment(str(device)))
-    received_frozen: set[int] = set()
+    # the server's side of every round (global weights, accumulator, stage) and the clients' side in this process
+    clients = LocalTraining(s, method, _resolve_engine(cfg, method, s.model))
+    rnd = Round(s, method, configure=clients.configure)
+    hist = History(config=cfg.to_dict(), env=environment(str(s.device)))
     start = 0
     if resume_from is not None:
-        start = _load_checkpoint(resume_from, cfg, x_global, method, hist, received_frozen)
-        flat.data.copy_(x_global)
-    prev_kernels = qkv.attention_kernels(model)
-    groups = qkv.GROUPS
-
-    def configure(frozen):
-        """Freeze `frozen`, rebuild the optimiser over the trainable parameters."""
-        qkv.unfreeze(model, *groups)
-        if frozen:
-            qkv.freeze(model, *frozen)
-        trainable = [g for g in groups if g not in frozen]
-        opt = local.make_optimizer(cfg, flat, trainable)
-        layout = batched.Layout(model, flat, trainable, frozen) if use_batched else None
-        return opt, layout, flat.mask(trainable), flat.group_bytes(trainable), flat.group_bytes(frozen)
-
-    current = method.frozen_groups(start - 1) if start > 0 else ()
-    opt, layout, mask, trainable_bytes, frozen_bytes = configure(current)
+        start = _load_checkpoint(resume_from, cfg, rnd.x, method, hist, rnd.received_frozen)
+    rnd.start(start)
     last_save = time.perf_counter()
 
     bar = _progress(range(start, cfg.rounds), progress)
     for r in bar:
         t0 = time.perf_counter()
-        frozen = method.frozen_groups(r)
-        if frozen != current:  # stage switch: fresh optimiser, method state and frozen-block delivery
-            opt, layout, mask, trainable_bytes, frozen_bytes = configure(frozen)
-            method.on_stage_switch(frozen)
-            received_frozen.clear()
-            current = frozen
-        stage = 2 if frozen else 1
-        value_l2 = method.value_penalty(r)
-        lr = _lr_at(cfg, r)
-        opt.lr = lr
+        # 1. open the round: stage switch, lr, value penalty, the sampled clients
+        plan = rnd.open(r)
 
-        sampled = method.sample_clients(r)
-        weights = s.client_sizes[sampled] / s.client_sizes[sampled].sum() if sampled else np.zeros(0)
-        acc.zero_()
-        client_sq = {g: torch.zeros((), device=device) for g in groups}
-        method.begin_round(r, sampled)
-        anchor_coeff = method.anchor_coeff()
-        train_loss = 0.0 if sampled else math.nan  # a round nobody joined (skewed participation) trains nothing
-        bytes_down = bytes_up = 0
-        chunk = max(1, batched.chunk_size(cfg, layout, model, s, len(sampled))) if use_batched else 1
-        for c0 in range(0, len(sampled), chunk):
-            clients = []
-            for cid in sampled[c0:c0 + chunk]:  # the hooks before training, client by client
-                flat.data.copy_(x_global)
-                opt.reset()  # a fresh local optimiser state per client per round
-                cmask = method.client_mask(r, cid)
-                opt.mask = cmask
-                trains = mask if cmask is None else cmask * mask  # what this client trains, within the stage's groups
-                method.init_client(r, cid, None if use_batched else opt, trains)
-                seed = seed_for("local_batches", cfg.seed, r, cid)
-                if not use_batched:  # (the batched engine refuses models with random layers)
-                    torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
-                c = dict(cid=cid, idx=s.client_train[cid], gen=torch.Generator().manual_seed(seed), mask=cmask,
-                         trains=trains, forward=method.client_forward(r, cid), correction=method.correction(cid))
-                if use_batched and c["forward"] is not None:
-                    raise RuntimeError(f"method {method.name!r} gave a client_forward under the batched engine; "
-                                       f"set its `batched = False`")
-                if not use_batched:
-                    c["loss_sum"], c["steps"] = local.train(
-                        s, opt, c["idx"], c["gen"], epochs=cfg.local_epochs, steps=cfg.local_steps, anchor=x_global,
-                        anchor_coeff=anchor_coeff, correction=c["correction"], value_l2=value_l2,
-                        value_mode=cfg.value_l2_mode, mask=cmask, forward=c["forward"])
-                clients.append(c)
-            if use_batched:
-                flat.data.copy_(x_global)
-                trained = batched.train_chunk(s, layout, opt, x_global, clients, anchor_coeff=anchor_coeff,
-                                              value_l2=value_l2, value_mode=cfg.value_l2_mode)
-            for j, c in enumerate(clients):  # the hooks after training, in the sampled order
-                cid, p = c["cid"], float(weights[c0 + j])
-                if use_batched:
-                    flat.data.copy_(x_global)
-                    layout.scatter(trained[j][0], flat.data)  # the model holds the client's weights
-                    c["loss_sum"], c["steps"] = trained[j][1], trained[j][2]
-                client_loss = (c["loss_sum"] / c["steps"]).item()
-                if not math.isfinite(client_loss):
-                    hist.diverged = {"round": r, "client": cid}
-                    warnings.warn(f"run diverged: non-finite loss at round {r}, client {cid}; stopping",
-                                  RuntimeWarning, stacklevel=2)
-                    break
-                train_loss += p * client_loss
-                torch.sub(flat.data, x_global, out=delta)
-                method.upload(r, cid, delta)
-                method.aggregate(acc, cid, delta, p)
-                for g, sq in flat.group_sq_norms(delta).items():
-                    client_sq[g] += p * sq
-                trains = c["trains"]
-                method.after_client(r, cid, delta, c["steps"], lr, trains)
-                payload = trainable_bytes if c["mask"] is None else int(trains.count_nonzero()) * flat.element_size
-                down, up = method.client_bytes(r, cid, payload, trainable_bytes)
-                bytes_down += down
-                bytes_up += up
-                if frozen and cid not in received_frozen:  # the frozen block is sent once per client
-                    bytes_down += frozen_bytes
-                    received_frozen.add(cid)
-            if hist.diverged:
+        # 2. local training, each client folded into the round as it finishes, in the sampled order
+        train_loss = 0.0 if plan.sampled else math.nan  # a round nobody joined (skewed participation) trains nothing
+        for c in clients.train(plan, rnd.x):
+            if not math.isfinite(loss := c.loss):
+                hist.diverged = {"round": r, "client": c.cid}
+                warnings.warn(f"run diverged: non-finite loss at round {r}, client {c.cid}; stopping",
+                              RuntimeWarning, stacklevel=2)
                 break
+            train_loss += c.weight * loss
+            rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)
+            down, up = clients.after(plan, c, rnd.delta)
+            plan.bytes_down += down + rnd.frozen_block_bytes(plan, c.cid)  # the frozen block: once per client
+            plan.bytes_up += up
         if hist.diverged:
             break
 
-        if sampled:  # no update from nobody: the global model (and server state) stay as they are
-            method.server_update(r, x_global, acc, mask, sampled)
-        flat.data.copy_(x_global)
-
-        row = {"round": r, "stage": stage, "lr": lr, "train_loss": train_loss, "clients": [int(c) for c in sampled]}
-        kernels = qkv.attention_kernels(model)
-        row.update(round_metrics(flat, acc, client_sq, frozen, kernels, prev_kernels))
-        prev_kernels = kernels
-        row.update(_evaluate_round(s, r))
-        row["bytes_down"], row["bytes_up"] = bytes_down, bytes_up
+        # 3. close it: the server step, measurements and evaluation make the History row
+        row = rnd.close(plan, train_loss)
+        row["bytes_down"], row["bytes_up"] = plan.bytes_down, plan.bytes_up
         row["seconds"] = time.perf_counter() - t0
         hist.append(row)
         _show(bar, row)
 
+        # 4. what the method and the callbacks decide from it; the checkpoint
         stop = method.on_round_end(r, hist.rows[-1], hist) is True
         stop = any([cb(r, hist.rows[-1], hist) is True for cb in callbacks]) or stop  # call every callback
         due = (r + 1) % checkpoint_every == 0 and time.perf_counter() - last_save >= checkpoint_seconds
         if checkpoint is not None and r + 1 < cfg.rounds and (stop or due):
-            save_checkpoint(checkpoint, cfg, r + 1, x_global, method, hist, received_frozen)
+            save_checkpoint(checkpoint, cfg, r + 1, rnd.x, method, hist, rnd.received_frozen)
             last_save = time.perf_counter()
         if stop:
             break
     return hist
-
-
-def round_metrics(flat, acc, client_sq: dict, frozen, kernels, prev_kernels) -> dict:
-    """A round's model measurements for its History row: per trained group the client drift
-    (sum_i p_i ||D_i||^2 / ||sum_i p_i D_i||^2 - 1, from `client_sq` = sum_i p_i ||D_i,g||^2 and the mean
-    update `acc`) and the norm of the mean update (None for frozen groups; `other` only if the model has
-    it), and the relative kernel change, overall and per layer."""
-    row = {}
-    mean_sq = flat.group_sq_norms(acc)
-    for g in qkv.GROUPS:
-        if g == "other" and not flat.group_numel("other"):
-            continue
-        trained = g not in frozen
-        norm2 = mean_sq[g].item()
-        row[f"drift_{g}"] = max(float(client_sq[g]) - norm2, 0.0) / (norm2 + _EPS) if trained else None
-        row[f"update_norm_{g}"] = math.sqrt(norm2) if trained else None
-    row["kernel_change"] = _kernel_change(kernels, prev_kernels)
-    row["kernel_change_layers"] = _kernel_changes(kernels, prev_kernels)
-    return row
 
 
 def _resolve_engine(cfg: Config, method, model) -> bool:
@@ -395,32 +250,6 @@ def _resolve_engine(cfg: Config, method, model) -> bool:
     if reason and cfg.engine == "batched":
         raise ValueError(f"engine='batched': {reason}; use engine='sequential' or 'auto'")
     return reason is None
-
-
-def _evaluate_round(s: Setup, r: int) -> dict:
-    cfg = s.cfg
-    keys = ("test_loss", "test_acc", "val_loss", "val_acc", "client_acc_mean", "client_acc_worst10",
-            "client_acc_std")
-    if (r + 1) % cfg.eval_every and r != cfg.rounds - 1:
-        return dict.fromkeys(keys)
-    out = {}
-    out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)
-    if len(s.val_idx):
-        out["val_loss"], out["val_acc"], _ = evaluate(s.model, s.x[s.val_idx], s.y[s.val_idx], amp=cfg.amp)
-    else:
-        out["val_loss"] = out["val_acc"] = None
-    if len(s.client_eval_all):
-        _, _, correct = evaluate(s.model, s.x[s.client_eval_all], s.y[s.client_eval_all], amp=cfg.amp)
-        n = len(s.client_eval)
-        hits = torch.bincount(s.client_eval_owner, weights=correct.float(), minlength=n)
-        sizes = torch.bincount(s.client_eval_owner, minlength=n).float()
-        acc = (hits[sizes > 0] / sizes[sizes > 0]).cpu().numpy()
-        worst = np.sort(acc)[:max(1, int(math.ceil(0.1 * acc.size)))]
-        out.update(client_acc_mean=float(acc.mean()), client_acc_worst10=float(worst.mean()),
-                   client_acc_std=float(acc.std()))
-    else:
-        out.update(client_acc_mean=None, client_acc_worst10=None, client_acc_std=None)
-    return out
 
 
 # --- progress -----------------------------------------------------------------------------
@@ -484,5 +313,3 @@ def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
     return start
 
 
-# public names of the helpers other runtimes share (fedfrozen.flower): the same rows, the same schedule
-lr_at, evaluate_round = _lr_at, _evaluate_round

@@ -110,7 +110,7 @@ def test_aggregation_weights_by_sample_count():
     for cid in range(3):
         s.flat.data.copy_(x0)
         opt = local.make_optimizer(cfg, s.flat)
-        seed = loop.derive_seed(cfg.seed, 0, cid, 105)
+        seed = ff.rng.seed_for("local_batches", cfg.seed, 0, cid)
         torch.manual_seed(seed)
         local.train(s, opt, s.client_train[cid], torch.Generator().manual_seed(seed), steps=cfg.local_steps,
                           anchor=x0)

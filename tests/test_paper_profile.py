@@ -74,7 +74,7 @@ def test_fake_cifar_is_read_like_the_real_one_and_is_learnable(tmp_path):
 
 
 def test_lr_warmup_then_cosine():
-    from fedfrozen.loop import _lr_at
+    from fedfrozen.loop import lr_at as _lr_at
 
     cfg = tiny_config(rounds=10, lr=1.0, lr_schedule="cosine", lr_warmup_rounds=3)
     lrs = [_lr_at(cfg, r) for r in range(10)]

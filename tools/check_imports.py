@@ -24,6 +24,7 @@ LAYERS = [
     ("config", ["config"]),
     ("local training", ["local"]),
     ("batched engine", ["batched"]),
+    ("the round", ["round"]),
     ("loop", ["loop"]),
     ("experiments", ["experiments", "profiles"]),
     ("flower apps", ["flower"]),

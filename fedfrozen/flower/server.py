@@ -6,7 +6,6 @@ import json
 import math
 import time
 
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
@@ -15,11 +14,11 @@ from .. import loop, methods, qkv
 from ..config import Config
 from ..history import History
 from ..io import environment
+from ..round import Round
 from . import check_supported, config_from_run
 
 __all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server"]
 
-_EPS = 1e-12
 
 
 class FedFrozenStrategy(FedAvg):
@@ -41,13 +40,10 @@ class FedFrozenStrategy(FedAvg):
         self.s = loop.prepare(cfg)
         self.method.setup(self.s)
         self.flat = self.s.flat
-        self.x = self.flat.data.clone()
-        self.acc = torch.empty_like(self.x)
-        self.delta = torch.empty_like(self.x)
+        self.rnd = Round(self.s, self.method)  # the round's server side, as fedfrozen.loop.run runs it
+        self.rnd.start(0)
         self.hist = History(config=cfg.to_dict(), env=environment(str(self.s.device)))
         self.hist.env["runtime"] = "flower"
-        self.current: tuple = ()
-        self.prev_kernels = qkv.attention_kernels(self.s.model)
         self.node_partition: dict[int, int] = {}
         self.received_frozen: set[int] = set()  # nodes holding the current frozen block
         self.sampled: list[int] = []
@@ -61,17 +57,14 @@ class FedFrozenStrategy(FedAvg):
         Context.state), nothing to a node whose partition is known and not sampled this round."""
         r = server_round - 1
         self.t0 = time.perf_counter()
-        frozen = self.method.frozen_groups(r)
-        if frozen != self.current:
-            self.method.on_stage_switch(frozen)
-            self.current = frozen
+        switched = self.method.frozen_groups(r) != self.rnd.current
+        self.plan = plan = self.rnd.open(r)  # stage switch, lr, value penalty, sampling: the loop's opening
+        frozen, self.sampled = plan.frozen, plan.sampled
+        if switched:
             self.received_frozen.clear()
-        self.sampled = self.method.sample_clients(r)
-        self.method.begin_round(r, self.sampled)
-        self.lr = loop.lr_at(self.cfg, r)
         conf = ConfigRecord({"server-round": server_round, "fedfrozen": json.dumps(self.cfg.to_dict()),
-                             "frozen": ",".join(frozen), "lr": self.lr, "value-l2": float(self.method.value_penalty(r)),
-                             "proximal-mu": float(self.method.anchor_coeff()), "sampled": [int(i) for i in self.sampled],
+                             "frozen": ",".join(frozen), "lr": plan.lr, "value-l2": float(plan.value_l2),
+                             "proximal-mu": float(plan.anchor_coeff), "sampled": [int(i) for i in self.sampled],
                              "fail": self.fail})
         state = arrays.to_torch_state_dict()
         frozen_names = {n for g in frozen for n in qkv.param_groups(self.s.model)[g]}
@@ -119,11 +112,7 @@ class FedFrozenStrategy(FedAvg):
             if int(m["num-examples"]) > 0:
                 results[cid] = (msg.content["arrays"], m)
         done = [cid for cid in self.sampled if cid in results]
-        frozen = self.current
-        trainable = [g for g in qkv.GROUPS if g not in frozen]
-        mask = flat.mask(trainable)
-        client_sq = {g: torch.zeros(()) for g in qkv.GROUPS}
-        self.acc.zero_()
+        rnd, plan = self.rnd, self.plan
         total = sum(results[c][1]["num-examples"] for c in done)
         train_loss = 0.0
         bytes_up = bytes_up_wire = 0
@@ -131,24 +120,15 @@ class FedFrozenStrategy(FedAvg):
             arrays, m = results[cid]
             p = float(m["num-examples"]) / total
             state = arrays.to_torch_state_dict()
-            self.delta.zero_()
+            rnd.delta.zero_()
             for name, t in state.items():
                 a, b = flat.param_range[name]
-                self.delta[a:b] = t.reshape(-1) - self.x[a:b]
+                rnd.delta[a:b] = t.reshape(-1) - rnd.x[a:b]
             bytes_up += _payload(arrays)
             bytes_up_wire += arrays.count_bytes()
             train_loss += p * float(m["train-loss"])
-            method.aggregate(self.acc, cid, self.delta, p)
-            for g, sq in flat.group_sq_norms(self.delta).items():
-                client_sq[g] += p * sq
-        if done:
-            method.server_update(r, self.x, self.acc, mask, done)
-        flat.data.copy_(self.x)
-        row = {"round": r, "stage": 2 if frozen else 1, "lr": self.lr, "train_loss": train_loss if done else math.nan}
-        kernels = qkv.attention_kernels(self.s.model)
-        row.update(loop.round_metrics(flat, self.acc, client_sq, frozen, kernels, self.prev_kernels))
-        self.prev_kernels = kernels
-        row.update(loop.evaluate_round(self.s, r))
+            rnd.fold(plan, cid, rnd.delta, p)
+        row = rnd.close(plan, train_loss if done else math.nan, joined=done)  # the loop's server step and row
         row["bytes_down"], row["bytes_up"] = self.bytes_down, bytes_up
         row["bytes_down_wire"], row["bytes_up_wire"] = self.bytes_down_wire, bytes_up_wire
         row["failures"] = failures

@@ -1,0 +1,327 @@
+"""One federated round in phases, shared by `fedfrozen.loop.run` and the Flower strategy (fedfrozen.flower.server).
+
+    rnd = Round(setup, method, configure=clients.configure)   # kept between rounds: x, accumulator, stage
+    rnd.start(first_round)                                     # the stage of a fresh or resumed run
+    plan = rnd.open(r)                                         # stage switch, lr, value penalty, sampling
+    for c in clients.train(plan, rnd.x):                       # local training (either engine), in sampled order
+        rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)   # upload, aggregate, drift sums
+        plan.bytes(*clients.after(plan, c, rnd.delta), ...)    # the client's state and bytes
+    row = rnd.close(plan, train_loss, joined)                  # server step, measurements, evaluation
+
+`Round` is the server's side (what Flower's strategy runs too); `LocalTraining` the clients' side in this
+process (the Flower ClientApp trains its one client with `fedfrozen.local.train`). The hooks are the
+method's (fedfrozen.methods.base, whose docstring gives their order).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import batched, local, qkv
+from .rng import seed_for
+
+__all__ = ["Plan", "ClientWork", "Round", "LocalTraining", "evaluate_round", "round_metrics", "lr_at"]
+
+_EPS = 1e-12
+
+
+@dataclass
+class Plan:
+    """What round r is: decided by `Round.open` before any client trains."""
+
+    r: int
+    frozen: tuple            # groups no client trains
+    lr: float                # the clients' local lr
+    value_l2: float          # lambda of the value penalty
+    sampled: list            # the clients of the round, in order
+    weights: np.ndarray      # their data shares among the sampled (p_i)
+    anchor_coeff: float      # the local objective's prox weight
+    client_sq: dict = field(default_factory=dict)  # group -> sum_i p_i ||D_i,g||^2 (drift), filled by fold
+    bytes_down: int = 0
+    bytes_up: int = 0
+
+    @property
+    def stage(self) -> int:
+        return 2 if self.frozen else 1
+
+
+@dataclass
+class ClientWork:
+    """One sampled client's local training in this process."""
+
+    cid: int
+    weight: float                  # p_i
+    idx: torch.Tensor              # its training indices
+    gen: torch.Generator           # its batch order this round
+    mask: torch.Tensor | None      # the method's per-client mask (None: every trainable entry)
+    trains: torch.Tensor           # what it trains: mask within the stage's groups
+    forward: object = None         # the method's client_forward, or None
+    correction: torch.Tensor | None = None
+    loss_sum: torch.Tensor | None = None
+    steps: int = 0
+
+    @property
+    def loss(self) -> float:
+        return (self.loss_sum / self.steps).item()
+
+
+def lr_at(cfg, r: int) -> float:
+    """The local lr of round r: a linear warm-up over lr_warmup_rounds, then constant or cosine decay."""
+    w = cfg.lr_warmup_rounds
+    if r < w:
+        return cfg.lr * (r + 1) / (w + 1)
+    if cfg.lr_schedule == "cosine":
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * (r - w) / (cfg.rounds - w)))
+    return cfg.lr
+
+
+class Round:
+    """The server's side of every round: the global weights `x`, the accumulator, the stage and what each
+    client already holds of the frozen block. `configure(frozen)`, when given, is called at a stage switch
+    before the method drops its old-stage state (the loop rebuilds its local optimiser there)."""
+
+    def __init__(self, s, method, configure=None):
+        self.s, self.method, self.configure = s, method, configure
+        self.x = s.flat.data.clone()
+        self.acc = torch.empty_like(self.x)
+        self.delta = torch.empty_like(self.x)
+        self.received_frozen: set[int] = set()  # clients that hold the current frozen block
+        self.current: tuple = ()
+
+    def start(self, first: int) -> None:
+        """Before round `first` (0, or the round a resume continues at, with x and the method state loaded)."""
+        self.s.flat.data.copy_(self.x)
+        self.prev_kernels = qkv.attention_kernels(self.s.model)
+        self.current = self.method.frozen_groups(first - 1) if first > 0 else ()
+        self._set_stage(self.current)
+
+    def _set_stage(self, frozen: tuple) -> None:
+        flat = self.s.flat
+        if self.configure is not None:
+            self.configure(frozen)
+        trainable = [g for g in qkv.GROUPS if g not in frozen]
+        self.mask = flat.mask(trainable)
+        self.trainable_bytes, self.frozen_bytes = flat.group_bytes(trainable), flat.group_bytes(frozen)
+
+    def open(self, r: int) -> Plan:
+        """Stage switch (fresh optimiser, method state and frozen-block delivery), lr, value penalty, sampling."""
+        method = self.method
+        frozen = method.frozen_groups(r)
+        if frozen != self.current:
+            self._set_stage(frozen)
+            method.on_stage_switch(frozen)
+            self.received_frozen.clear()
+            self.current = frozen
+        value_l2 = method.value_penalty(r)
+        lr = lr_at(self.s.cfg, r)
+        sampled = method.sample_clients(r)
+        sizes = self.s.client_sizes[sampled]
+        weights = sizes / sizes.sum() if sampled else np.zeros(0)
+        self.acc.zero_()
+        method.begin_round(r, sampled)
+        return Plan(r, frozen, lr, value_l2, sampled, weights, method.anchor_coeff(),
+                    client_sq={g: torch.zeros((), device=self.x.device) for g in qkv.GROUPS})
+
+    def client_delta(self) -> torch.Tensor:
+        """The update of the client whose weights the model holds (client - global), in the round's buffer."""
+        return torch.sub(self.s.flat.data, self.x, out=self.delta)
+
+    def fold(self, plan: Plan, cid: int, delta: torch.Tensor, weight: float) -> None:
+        """Client `cid`'s update into the round: what it sends (upload), the accumulator, the drift sums."""
+        self.method.upload(plan.r, cid, delta)
+        self.method.aggregate(self.acc, cid, delta, weight)
+        for g, sq in self.s.flat.group_sq_norms(delta).items():
+            plan.client_sq[g] += weight * sq
+
+    def frozen_block_bytes(self, plan: Plan, cid) -> int:
+        """Bytes of the frozen block sent to client `cid` this round: once per stage, 0 afterwards."""
+        if not plan.frozen or cid in self.received_frozen:
+            return 0
+        self.received_frozen.add(cid)
+        return self.frozen_bytes
+
+    def close(self, plan: Plan, train_loss: float, joined=None) -> dict:
+        """Server step on the aggregate of `joined` (default: the sampled; none joined: nothing moves), the
+        model measurements and evaluation: the round's History row (the caller adds bytes and time)."""
+        joined = plan.sampled if joined is None else joined
+        s = self.s
+        if joined:
+            self.method.server_update(plan.r, self.x, self.acc, self.mask, joined)
+        s.flat.data.copy_(self.x)
+        row = {"round": plan.r, "stage": plan.stage, "lr": plan.lr, "train_loss": train_loss,
+               "clients": [int(c) for c in plan.sampled]}
+        kernels = qkv.attention_kernels(s.model)
+        row.update(round_metrics(s.flat, self.acc, plan.client_sq, plan.frozen, kernels, self.prev_kernels))
+        self.prev_kernels = kernels
+        row.update(evaluate_round(s, plan.r))
+        return row
+
+
+class LocalTraining:
+    """The clients' side of a round in this process: the local optimiser of the stage and, under the batched
+    engine, its layout; `train` yields each sampled client with the model holding its trained weights."""
+
+    def __init__(self, s, method, use_batched: bool):
+        self.s, self.method, self.use_batched = s, method, use_batched
+
+    def configure(self, frozen: tuple) -> None:
+        """Freeze `frozen`, rebuild the optimiser (and layout) over the trainable parameters."""
+        s = self.s
+        qkv.unfreeze(s.model, *qkv.GROUPS)
+        if frozen:
+            qkv.freeze(s.model, *frozen)
+        trainable = [g for g in qkv.GROUPS if g not in frozen]
+        self.opt = local.make_optimizer(s.cfg, s.flat, trainable)
+        self.layout = batched.Layout(s.model, s.flat, trainable, frozen) if self.use_batched else None
+        self.stage_mask = s.flat.mask(trainable)
+        self.trainable_bytes = s.flat.group_bytes(trainable)
+
+    def _prepare(self, plan: Plan, cid: int, j: int, x: torch.Tensor) -> ClientWork:
+        """The hooks before client `cid` trains; the model holds the global weights, the optimiser a fresh state."""
+        s, method, opt = self.s, self.method, self.opt
+        s.flat.data.copy_(x)
+        opt.reset()  # a fresh local optimiser state per client per round
+        cmask = method.client_mask(plan.r, cid)
+        opt.mask = cmask
+        trains = self.stage_mask if cmask is None else cmask * self.stage_mask
+        method.init_client(plan.r, cid, None if self.use_batched else opt, trains)
+        seed = seed_for("local_batches", s.cfg.seed, plan.r, cid)
+        if not self.use_batched:  # (the batched engine refuses models with random layers)
+            torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
+        c = ClientWork(cid, float(plan.weights[j]), s.client_train[cid], torch.Generator().manual_seed(seed), cmask,
+                       trains, method.client_forward(plan.r, cid), method.correction(cid))
+        if self.use_batched and c.forward is not None:
+            raise RuntimeError(f"method {method.name!r} gave a client_forward under the batched engine; "
+                               f"set its `batched = False`")
+        return c
+
+    def train(self, plan: Plan, x: torch.Tensor):
+        """Each sampled client, trained, in the sampled order. Sequentially a client's hooks before training
+        run after the previous client was folded; the batched engine prepares a whole chunk first."""
+        s, cfg = self.s, self.s.cfg
+        self.opt.lr = plan.lr
+        n = len(plan.sampled)
+        chunk = max(1, batched.chunk_size(cfg, self.layout, s.model, s, n)) if self.use_batched else 1
+        for c0 in range(0, n, chunk):
+            clients = []
+            for j, cid in enumerate(plan.sampled[c0:c0 + chunk], start=c0):
+                c = self._prepare(plan, cid, j, x)
+                if not self.use_batched:
+                    c.loss_sum, c.steps = local.train(
+                        s, self.opt, c.idx, c.gen, epochs=cfg.local_epochs, steps=cfg.local_steps, anchor=x,
+                        anchor_coeff=plan.anchor_coeff, correction=c.correction, value_l2=plan.value_l2,
+                        value_mode=cfg.value_l2_mode, mask=c.mask, forward=c.forward)
+                    yield c
+                    continue
+                clients.append(c)
+            if not self.use_batched:
+                continue
+            s.flat.data.copy_(x)
+            trained = batched.train_chunk(s, self.layout, self.opt, x, [_as_dict(c) for c in clients],
+                                          anchor_coeff=plan.anchor_coeff, value_l2=plan.value_l2,
+                                          value_mode=cfg.value_l2_mode)
+            for c, (weights, loss_sum, steps) in zip(clients, trained):
+                s.flat.data.copy_(x)
+                self.layout.scatter(weights, s.flat.data)  # the model holds the client's weights
+                c.loss_sum, c.steps = loss_sum, steps
+                yield c
+
+    def after(self, plan: Plan, c: ClientWork, delta: torch.Tensor) -> tuple[int, int]:
+        """The hooks after client `c` was folded: its state from the update, and its (down, up) bytes."""
+        method = self.method
+        method.after_client(plan.r, c.cid, delta, c.steps, plan.lr, c.trains)
+        payload = self.trainable_bytes if c.mask is None else int(c.trains.count_nonzero()) * self.s.flat.element_size
+        return method.client_bytes(plan.r, c.cid, payload, self.trainable_bytes)
+
+
+def _as_dict(c: ClientWork) -> dict:
+    """The fields the batched engine reads of a client."""
+    return dict(cid=c.cid, idx=c.idx, gen=c.gen, mask=c.mask, trains=c.trains, forward=c.forward,
+                correction=c.correction)
+
+
+def round_metrics(flat, acc, client_sq: dict, frozen, kernels, prev_kernels) -> dict:
+    """A round's model measurements for its History row: per trained group the client drift
+    (sum_i p_i ||D_i||^2 / ||sum_i p_i D_i||^2 - 1, from `client_sq` = sum_i p_i ||D_i,g||^2 and the mean
+    update `acc`) and the norm of the mean update (None for frozen groups; `other` only if the model has
+    it), and the relative kernel change, overall and per layer."""
+    row = {}
+    mean_sq = flat.group_sq_norms(acc)
+    for g in qkv.GROUPS:
+        if g == "other" and not flat.group_numel("other"):
+            continue
+        trained = g not in frozen
+        norm2 = mean_sq[g].item()
+        row[f"drift_{g}"] = max(float(client_sq[g]) - norm2, 0.0) / (norm2 + _EPS) if trained else None
+        row[f"update_norm_{g}"] = math.sqrt(norm2) if trained else None
+    row["kernel_change"] = _kernel_change(kernels, prev_kernels)
+    row["kernel_change_layers"] = _kernel_changes(kernels, prev_kernels)
+    return row
+
+
+def _head_ratios(new, old) -> list:
+    return [((a - b).flatten(1).norm(dim=1) / (b.flatten(1).norm(dim=1) + _EPS)) for a, b in zip(new, old)]
+
+
+def _kernel_change(new, old) -> float | None:
+    """Mean over layers and heads of the relative change of the attention kernels in one round."""
+    if not new:
+        return None
+    return torch.cat(_head_ratios(new, old)).mean().item()
+
+
+def _kernel_changes(new, old) -> list[float] | None:
+    """Per layer (from the input up), the mean over heads of the relative kernel change in one round."""
+    if not new:
+        return None
+    return [r.mean().item() for r in _head_ratios(new, old)]
+
+
+@torch.no_grad()
+def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, amp: bool = False):
+    """(mean loss, accuracy, per-sample correctness) of `model` on (x, y)."""
+    model.eval()
+    if len(y) == 0:
+        return float("nan"), float("nan"), torch.zeros(0, dtype=torch.bool)
+    losses, correct = [], []
+    for i in range(0, len(y), batch_size):
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=amp):
+            out = model(x[i:i + batch_size]).float()
+        losses.append(F.cross_entropy(out, y[i:i + batch_size], reduction="sum"))
+        correct.append(out.argmax(1) == y[i:i + batch_size])
+    correct = torch.cat(correct)
+    return (torch.stack(losses).sum() / len(y)).item(), correct.float().mean().item(), correct
+
+
+def evaluate_round(s, r: int) -> dict:
+    """The evaluation columns of round r's row (None on rounds that are not evaluated)."""
+    cfg = s.cfg
+    keys = ("test_loss", "test_acc", "val_loss", "val_acc", "client_acc_mean", "client_acc_worst10",
+            "client_acc_std")
+    if (r + 1) % cfg.eval_every and r != cfg.rounds - 1:
+        return dict.fromkeys(keys)
+    out = {}
+    out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)
+    if len(s.val_idx):
+        out["val_loss"], out["val_acc"], _ = evaluate(s.model, s.x[s.val_idx], s.y[s.val_idx], amp=cfg.amp)
+    else:
+        out["val_loss"] = out["val_acc"] = None
+    if len(s.client_eval_all):
+        _, _, correct = evaluate(s.model, s.x[s.client_eval_all], s.y[s.client_eval_all], amp=cfg.amp)
+        n = len(s.client_eval)
+        hits = torch.bincount(s.client_eval_owner, weights=correct.float(), minlength=n)
+        sizes = torch.bincount(s.client_eval_owner, minlength=n).float()
+        acc = (hits[sizes > 0] / sizes[sizes > 0]).cpu().numpy()
+        worst = np.sort(acc)[:max(1, int(math.ceil(0.1 * acc.size)))]
+        out.update(client_acc_mean=float(acc.mean()), client_acc_worst10=float(worst.mean()),
+                   client_acc_std=float(acc.std()))
+    else:
+        out.update(client_acc_mean=None, client_acc_worst10=None, client_acc_std=None)
+    return out
+
+
