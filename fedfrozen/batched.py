@@ -45,9 +45,9 @@ MEMORY_BUDGET = {"cpu": 2 << 30, "cuda": 16 << 30}  # bytes one chunk may use, b
 
 def unsupported(method, model: nn.Module) -> str | None:
     """Why `method` on `model` cannot run on the batched engine, or None when it can."""
-    if not getattr(method, "batched", True):
-        return (f"method {method.name!r} has no batched path ({type(method).__name__}.batched is False: "
-                f"it replaces the forward pass per client or uses the local optimiser object)")
+    reason = method.cannot_run("batched")
+    if reason:
+        return f"method {method.name!r} has no batched path ({reason})"
     for name, m in model.named_modules():
         p = getattr(m, "p", None) if isinstance(m, nn.modules.dropout._DropoutNd) else getattr(m, "drop_prob", None)
         if p:

@@ -124,6 +124,43 @@ class FlatOptimizer:
             self._decay = (lr, self.mask, factor)
         return factor
 
+    # --- the entry points of methods that shape a client's local optimiser (FedAdamW, FedLADA, FedACT) ----------
+    CLIENT_SETTINGS = ("lr", "weight_decay", "step_rule", "after_step")
+
+    def configure_client(self, **settings) -> None:
+        """Set, for the client about to train, any of CLIENT_SETTINGS: its lr and weight decay, `step_rule`
+        (rule(opt) replacing the AdamW/SGD step, after the counter moved) and `after_step` (a term applied to the
+        weights after each step); None clears a rule. `clear_client_rules` drops both rules afterwards."""
+        bad = sorted(set(settings) - set(self.CLIENT_SETTINGS))
+        if bad:
+            raise ValueError(f"configure_client: unknown setting(s) {bad}; the optimiser takes {self.CLIENT_SETTINGS}")
+        for k, v in settings.items():
+            setattr(self, k, v)
+
+    def clear_client_rules(self) -> None:
+        """Drop a method's step_rule and after_step (the next client trains with the plain AdamW / SGD step)."""
+        self.step_rule = self.after_step = None
+
+    def start_from(self, second_moments: torch.Tensor, t: int) -> None:
+        """Start the client's AdamW state from `second_moments` (a vector over the whole flat buffer; the
+        optimiser keeps its slices) at step count `t` (FedAdamW's server-shared moments)."""
+        if self.v is None:
+            raise ValueError("start_from: the optimiser is SGD; it has no second moments")
+        self.v.copy_(torch.cat([second_moments[s] for s in self.slices]))
+        self.t = int(t)
+
+    def second_moments(self) -> torch.Tensor:
+        """The AdamW second moments as a vector over the whole flat buffer (0 outside the optimiser's slices)."""
+        if self.v is None:
+            raise ValueError("second_moments: the optimiser is SGD; it has no second moments")
+        full = torch.zeros_like(self.flat.data)
+        offset = 0
+        for s in self.slices:
+            n = s.stop - s.start
+            full[s] = self.v[offset:offset + n]
+            offset += n
+        return full
+
     def reset(self) -> None:
         self.m.zero_()
         if self.v is not None:

@@ -183,7 +183,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
     for said in cfg.warnings():
         warnings.warn(said, UserWarning, stacklevel=2)
     method = methods.build(cfg)
-    if cfg.engine == "batched" and not getattr(method, "batched", True):
+    if cfg.engine == "batched" and method.cannot_run("batched"):
         raise ValueError(batched.unsupported(method, torch.nn.Module()) + "; use engine='sequential' or 'auto'")
     s = prepare(cfg, train, test)
     if cfg.init == "public":

@@ -65,3 +65,31 @@ def test_merged_slices_join_adjacent_groups():
     assert merged_slices(flat, ["v", "attn_out"]) == [slice(flat.group_range["v"][0], flat.group_range["attn_out"][1])]
     assert len(merged_slices(flat, ["qk", "mlp"])) == 2
     assert merged_slices(flat, [g for g in ff.qkv.GROUPS if g != "qk"]) == [slice(flat.group_range["v"][0], flat.numel)]
+
+
+def test_the_optimisers_client_entry_points():
+    """What FedAdamW / FedLADA / FedACT use instead of setting the optimiser's attributes."""
+    model = _model()
+    qkv_free = FlatParams(model)
+    slices = [slice(0, 10), slice(20, 30)]
+    opt = FlatOptimizer(qkv_free, slices, "adamw", lr=1e-3)
+    full = torch.arange(qkv_free.numel, dtype=torch.float32)
+    opt.start_from(full, t=7)
+    assert opt.t == 7 and torch.equal(opt.v, torch.cat([full[0:10], full[20:30]]))
+    back = opt.second_moments()
+    assert torch.equal(back[0:10], full[0:10]) and torch.equal(back[20:30], full[20:30])
+    assert back[10:20].abs().sum() == 0 and back[30:].abs().sum() == 0
+    calls = []
+    opt.configure_client(lr=0.5, weight_decay=0.1, after_step=lambda: calls.append("after"))
+    assert (opt.lr, opt.weight_decay) == (0.5, 0.1)
+    qkv_free.grad.zero_()
+    opt.step()
+    assert calls == ["after"]
+    opt.clear_client_rules()
+    opt.step()
+    assert calls == ["after"] and opt.step_rule is None
+    with pytest.raises(ValueError, match="unknown setting.*'momentum'"):
+        opt.configure_client(momentum=0.9)
+    sgd = FlatOptimizer(qkv_free, slices, "sgd", lr=1e-3)
+    with pytest.raises(ValueError, match="SGD; it has no second moments"):
+        sgd.start_from(full, 1)

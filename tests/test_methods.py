@@ -312,3 +312,32 @@ def test_the_hooks_are_called_in_the_documented_order(engine):
     tail = ["server_update", "on_round_end"]
     switch = ["frozen_groups", "on_stage_switch", *head[1:]]
     assert calls == [*head, *clients, *tail, *switch, *clients, *tail]
+
+
+def test_where_a_method_cannot_run_is_one_mechanism_on_the_method():
+    """Method.cannot_run: the batched engine's and Flower's refusals come from the method object, with a reason."""
+    from fedfrozen import batched
+    from fedfrozen.flower import check_supported
+
+    every = {m: M.build(tiny_config(method=m)) for m in M.names()}
+    on_flower = sorted(m for m, meth in every.items() if meth.cannot_run("flower") is None)
+    assert "fedavg" in on_flower and "fedsteer" in on_flower and "scaffold" not in on_flower
+    for m, meth in every.items():
+        reason = meth.cannot_run("flower")
+        if reason is None:
+            check_supported(tiny_config(method=m))  # what Flower checks is this
+        else:
+            with pytest.raises(ValueError, match=f"{m}.*not supported on Flower"):
+                check_supported(tiny_config(method=m))
+        assert (meth.cannot_run("batched") is None) == meth.batched
+        assert (batched.unsupported(meth, torch.nn.Module()) is None) == meth.batched
+    assert "control variates" in every["scaffold"].cannot_run("flower")
+    assert "ConfigRecord" in every["afedlf"].cannot_run("flower")
+    with pytest.raises(ValueError, match="runtime must be one of"):
+        every["fedavg"].cannot_run("gpu")
+
+    class Plugin(M.Method):
+        not_on = {"batched": "it needs the whole model per client"}
+
+    plugin = Plugin(tiny_config())
+    assert plugin.cannot_run("batched") == "it needs the whole model per client" and plugin.cannot_run("flower") is None

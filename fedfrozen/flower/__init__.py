@@ -14,7 +14,8 @@ FedProx's `proximal-mu` and the sampled partition ids in the ConfigRecord; the g
 trainable arrays up (from T0 the query/key block stays home and the server merges it back).
 
 Methods with client state kept across rounds (SCAFFOLD's and FedDyn's control variates), per-client masks or
-forward passes (FedTLU, AFedLF, head pruning) are not supported here: `check_supported` names them.
+forward passes (FedTLU, AFedLF, head pruning) are not supported here: `check_supported` names them, with the
+reason `Method.cannot_run("flower")` gives.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from __future__ import annotations
 import json
 
 from ..config import Config
-from ..methods import Method, build
+from ..methods import build
 
-__all__ = ["config_from_run", "check_supported", "UNSUPPORTED", "RUN_CONFIG_FIELDS", "simulate"]
+__all__ = ["config_from_run", "check_supported", "RUN_CONFIG_FIELDS", "simulate"]
 
 # run-config key (pyproject [tool.flwr.app.config], `flwr run --run-config`) -> Config field
 RUN_CONFIG_FIELDS = {
@@ -34,33 +35,10 @@ RUN_CONFIG_FIELDS = {
     "prox-mu": "prox_mu", "seed": "seed", "dataset": "dataset", "model": "model", "eval-every": "eval_every",
 }
 
-# Method hooks that run on the client; the Flower client runs none of them (only the loop's local step with
-# the prox term and value penalty the server sends), so a method overriding one is refused.
-CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "upload", "after_client")
-
-UNSUPPORTED = {
-    "scaffold": "client control variates are state kept across rounds on each client",
-    "fedfrozen_scaffold": "client control variates are state kept across rounds on each client",
-    "feddyn": "the client's FedDyn vector h_i is state kept across rounds on each client",
-    "fedtlu": "per-client masks (client_mask) are not sent through the ConfigRecord",
-    "fedfrozen_tlu": "per-client masks (client_mask) are not sent through the ConfigRecord",
-    "afedlf": "per-client frozen prefixes and activation caches (client_mask, client_forward)",
-    "head_pruning": "per-client head masks (client_mask)",
-}
-
-
 def check_supported(cfg: Config) -> None:
-    """A clear error for a method the Flower apps do not run, before any node is contacted."""
-    method = build(cfg)
-    reason = UNSUPPORTED.get(cfg.method)
-    if reason is None and method.local.name in ("scaffold", "feddyn"):
-        reason = f"its local objective {method.local.name!r} keeps client state across rounds"
-    overridden = [h for h in CLIENT_HOOKS if getattr(type(method), h) is not getattr(Method, h)]
-    if reason is None and overridden:
-        reason = (f"it overrides the client-side hook(s) {', '.join(overridden)}, which the Flower client does not "
-                  "run (it trains with the loop's local step only)")
-    if reason is None and method.schedule.name == "progressive":
-        reason = "the progressive schedule gives per-client layer masks (client_mask)"
+    """A clear error for a method the Flower apps do not run (Method.cannot_run("flower")), before any node
+    is contacted."""
+    reason = build(cfg).cannot_run("flower")
     if reason:
         raise ValueError(f"method {cfg.method!r} is not supported on Flower: {reason}; run it with fedfrozen.run")
 

@@ -49,6 +49,8 @@ class AFedLF(Method):
     """FedAvg with a per-client frozen prefix chosen for gain per simulated second, and a prefix cache."""
 
     batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
+    not_on = {"flower": "per-client frozen prefixes and activation caches (client_mask, client_forward) are not sent "
+                        "through the ConfigRecord"}
     results_revision = 1  # 1: the device profiles draw from their own seed (they shared skewed participation's)
 
     def setup(self, setup) -> None:

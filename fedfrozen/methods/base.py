@@ -44,7 +44,14 @@ from .freezing import FREEZE_SCHEDULES
 from .objective import LocalObjective, Prox
 from .scaffold import Scaffold
 
-__all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_probabilities"]
+__all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_probabilities", "RUNTIMES",
+           "CLIENT_HOOKS"]
+
+# where a method may be asked to run besides the sequential loop (Method.cannot_run)
+RUNTIMES = ("batched", "flower")
+# the hooks that run on a client; the Flower ClientApp runs none of them (only the loop's local step with the prox
+# term and value penalty the server sends), so a method overriding one cannot run there
+CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "upload", "after_client")
 
 PROBE = 128  # samples of a client that methods evaluate on (importance, gains, confidences)
 
@@ -88,6 +95,8 @@ class Method:
     # replace the forward pass (client_forward) nor use the local optimiser object given to init_client
     # (None under the batched engine). A method that does sets this False.
     batched = True
+    # runtime -> why this method cannot run there (RUNTIMES); what `cannot_run` does not infer by itself
+    not_on: dict = {}
     # bumped when a method's results change for the same Config (a fix): the results cache keys on it, so a
     # cached History of the old behaviour is not served (fedfrozen.experiments.config_key)
     results_revision = 0
@@ -116,6 +125,32 @@ class Method:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.name!r}: local={self.local.name}, server={self.server.kind}, "
                 f"schedule={self.schedule.name}, frozen={self.schedule.groups})")
+
+    # --- where it runs -------------------------------------------------------------------------
+    def cannot_run(self, runtime: str) -> str | None:
+        """Why this method cannot run on `runtime` ("batched": the batched engine; "flower": the Flower apps), or
+        None when it can. The one mechanism the engine choice and Flower ask: the class's `not_on` reason first,
+        then what follows from the method's parts (`batched = False`; on Flower: client state kept across rounds,
+        client-side hooks, the progressive schedule's per-client layer masks)."""
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}; got {runtime!r}")
+        if type(self).not_on.get(runtime):
+            return type(self).not_on[runtime]
+        if runtime == "batched":
+            if not self.batched:
+                return (f"{type(self).__name__}.batched is False: it replaces the forward pass per client or uses "
+                        f"the local optimiser object")
+            return None
+        if self.local.name in ("scaffold", "feddyn"):
+            kept = "client control variates c_i" if self.local.name == "scaffold" else "the client's FedDyn vector h_i"
+            return f"its local objective {self.local.name!r} keeps {kept} across rounds on each client"
+        overridden = [h for h in CLIENT_HOOKS if getattr(type(self), h) is not getattr(Method, h)]
+        if overridden:
+            return (f"it overrides the client-side hook(s) {', '.join(overridden)}, which the Flower client does not "
+                    f"run (it trains with the loop's local step only)")
+        if self.schedule.name == "progressive":
+            return "the progressive schedule gives per-client layer masks (client_mask)"
+        return None
 
     # --- setup --------------------------------------------------------------------------------
     def setup(self, setup) -> None:

@@ -69,14 +69,11 @@ class FedAdamW(Method):
         super().init_client(r, cid, opt, mask)
         if self.base_lr is None:
             self.base_lr = opt.lr  # the round's lr, set by the loop before its first client
-        opt.lr = self.base_lr * (1 - self.gamma)
-        opt.weight_decay = self.cfg.weight_decay / (1 - self.gamma)
-        if self.shared:
-            full = self.v_bar[self.tensor_of]
-            opt.v.copy_(torch.cat([full[s] for s in opt.slices]))
-            opt.t = self.t
         pull = self.gamma / self._steps(cid)
-        opt.after_step = (lambda: self.flat.data.add_(self.delta_bar, alpha=pull)) if self.gamma else None
+        opt.configure_client(lr=self.base_lr * (1 - self.gamma), weight_decay=self.cfg.weight_decay / (1 - self.gamma),
+                             after_step=(lambda: self.flat.data.add_(self.delta_bar, alpha=pull)) if self.gamma else None)
+        if self.shared:
+            opt.start_from(self.v_bar[self.tensor_of], self.t)
         self.opt = opt
 
     def aggregate(self, acc: torch.Tensor, cid: int, delta: torch.Tensor, weight: float) -> None:
@@ -86,16 +83,11 @@ class FedAdamW(Method):
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
         opt, p = self.opt, self.weight[cid]
-        full = torch.zeros_like(self.flat.data)
-        offset = 0
-        for s in opt.slices:
-            n = s.stop - s.start
-            full[s] = opt.v[offset:offset + n]
-            offset += n
+        full = opt.second_moments()
         means = torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size
         self.v_sum.add_(means, alpha=p)
         self.steps_sum += p * steps
-        opt.after_step = opt.step_rule = None  # (step_rule: FedLADA's and FedACT's local steps)
+        opt.clear_client_rules()  # (step_rule: FedLADA's and FedACT's local steps)
 
     def server_update(self, r, x, acc, mask, sampled) -> None:
         super().server_update(r, x, acc, mask, sampled)

@@ -44,8 +44,7 @@ class FedLADA(FedAdamW):
 
     def init_client(self, r, cid, opt, mask) -> None:
         super().init_client(r, cid, opt, mask)
-        opt.weight_decay = 0.0
-        opt.step_rule = _adam_coupled
+        opt.configure_client(weight_decay=0.0, step_rule=_adam_coupled)
 
     def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
         down, up = Method.client_bytes(self, r, cid, payload, trainable)  # FedAvg's: the payload each way
@@ -70,12 +69,10 @@ class FedACT(FedAdamW):
 
     def init_client(self, r, cid, opt, mask) -> None:
         super().init_client(r, cid, opt, mask)
-        opt.lr = self.base_lr  # η itself (FedAdamW scales it by 1 - γ)
-        opt.weight_decay = self.cfg.weight_decay
-        opt.after_step = None  # the global direction is inside the trust-scaled step
-        K = self._steps(cid)
-        cfg = self.cfg
-        opt.step_rule = lambda o: _act_step(o, self.delta_bar, K, cfg.fedact_alpha, cfg.fedact_tau_min)
+        K, cfg = self._steps(cid), self.cfg
+        # η itself (FedAdamW scales it by 1 - γ); the global direction is inside the trust-scaled step
+        opt.configure_client(lr=self.base_lr, weight_decay=cfg.weight_decay, after_step=None,
+                             step_rule=lambda o: _act_step(o, self.delta_bar, K, cfg.fedact_alpha, cfg.fedact_tau_min))
 
 
 @torch.no_grad()

@@ -44,6 +44,8 @@ def layer_of_parameters(model, flat) -> tuple[torch.Tensor, int]:
 class FedTLU(Method):
     """FedAvg where each round trains only the k highest-scoring layers."""
 
+    not_on = {"flower": "per-client masks (client_mask) are not sent through the ConfigRecord"}
+
     def setup(self, setup) -> None:
         super().setup(setup)
         self.layer, self.n_layers = layer_of_parameters(setup.model, setup.flat)

@@ -66,6 +66,8 @@ def head_index(model, flat) -> tuple[torch.Tensor, list]:
 class HeadPruning(Method):
     """FedAvg where each client trains its most confident heads and the server averages heads by confidence."""
 
+    not_on = {"flower": "per-client head masks (client_mask) are not sent through the ConfigRecord"}
+
     def setup(self, setup) -> None:
         super().setup(setup)
         self.head, self.attns = head_index(setup.model, setup.flat)
