@@ -219,15 +219,23 @@ def test_flwr_run_on_a_local_simulation_federation():
     assert leftover_processes() == []
 
 
-def test_tls_deployment_on_loopback():
-    """SuperLink + 3 SuperNodes as processes with TLS: 2 rounds == fedfrozen.run; nothing left running."""
+def test_tls_deployment_with_supernode_auth_refuses_an_unregistered_node(tmp_path):
+    """SuperLink + 3 registered SuperNodes as processes with TLS and Flower's CLI-managed SuperNode authentication,
+    and one more SuperNode whose key was never registered: the SuperLink refuses it, the run goes on with the
+    registered ones and its 2 rounds == fedfrozen.run; nothing left running."""
     from fedfrozen.flower import launch
 
-    hist, _ = launch.deploy(LAUNCH, num_supernodes=3)
+    home = tmp_path / "deploy"
+    hist, _ = launch.deploy(LAUNCH, num_supernodes=3, home=home, supernode_auth=True, unregistered=1)
     ref = loop_history(LAUNCH)
     assert [r["test_acc"] for r in hist.rows] == pytest.approx([r["test_acc"] for r in ref.rows], abs=1e-6)
     assert hist.rows[1]["bytes_up"] == ref.rows[1]["bytes_up"] < hist.rows[0]["bytes_up"]
-    assert leftover_processes() == []
+    logs = {f.stem: f.read_text() for f in (home / "logs").glob("*.log")}
+    assert all("SuperNode ID" in logs[f"supernode-{i}"] for i in range(3))  # the registered ones joined
+    assert "SuperNode ID" not in logs["intruder-0"] and "Failed to activate SuperNode" in logs["intruder-0"]
+    assert launch.processes_of(home) == [] and leftover_processes() == []
+    with pytest.raises(ValueError, match="only refused with supernode_auth=True"):
+        launch.deploy(LAUNCH, unregistered=1)
 
 
 def test_a_wrong_certificate_is_refused(tmp_path):

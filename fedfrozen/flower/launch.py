@@ -26,7 +26,7 @@ from ..history import History
 from ..io import project_root
 
 __all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop", "deploy", "check_tls", "write_certificates",
-           "LeftRunning"]
+           "write_node_keys", "LeftRunning"]
 
 
 class LeftRunning(RuntimeError):
@@ -180,6 +180,27 @@ def write_certificates(folder) -> dict:
     return {"ca": ca, "cert": crt, "key": key}
 
 
+def write_node_keys(folder, names) -> dict:
+    """An EC key pair (NIST P-384, OpenSSH format: what `flower-supernode --auth-supernode-private-key` and
+    `flwr supernode register` read) per name; name -> (private key path, public key path)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name in names:
+        key = ec.generate_private_key(ec.SECP384R1())
+        private, public = folder / name, folder / f"{name}.pub"
+        private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                              serialization.NoEncryption()))
+        private.chmod(0o600)
+        public.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                         serialization.PublicFormat.OpenSSH))
+        out[name] = (private, public)
+    return out
+
+
 def _free_port() -> int:
     import socket
 
@@ -218,11 +239,20 @@ def check_tls(port: int, ca) -> None:
 
 
 def deploy(run_config: dict, num_supernodes: int = 3, project=None, timeout: float = 600.0, home=None,
-           root_certificates=None) -> tuple[History, str]:
+           root_certificates=None, supernode_auth: bool = False, unregistered: int = 0) -> tuple[History, str]:
     """A real deployment on this machine: self-signed certificates, one SuperLink and `num_supernodes`
     SuperNodes (partition ids 0..n-1) as separate processes on 127.0.0.1 with TLS, the run submitted with
     `flwr run --stream`; every process started is stopped by pid afterwards. `root_certificates` replaces
-    the CA that `flwr run` trusts (a wrong one must be refused). Returns (History, the output)."""
+    the CA that `flwr run` trusts (a wrong one must be refused). Returns (History, the output).
+
+    `supernode_auth=True`: Flower's CLI-managed SuperNode authentication. The SuperLink starts with
+    `--enable-supernode-auth`, every SuperNode gets its own EC key pair (write_node_keys), the public keys of
+    the `num_supernodes` federation members are registered with `flwr supernode register`, and each SuperNode
+    signs its requests with `--auth-supernode-private-key`. `unregistered` more SuperNodes start with keys
+    that were never registered: the SuperLink refuses them and the run goes on with the registered ones
+    (their logs are in `home/logs/intruder-*.log`)."""
+    if unregistered and not supernode_auth:
+        raise ValueError("unregistered SuperNodes are only refused with supernode_auth=True")
     project = Path(project) if project is not None else project_root()
     home = Path(tempfile.mkdtemp(prefix="fedfrozen-deploy-")) if home is None else Path(home)
     certs = write_certificates(home / "certs")
@@ -244,16 +274,27 @@ def deploy(run_config: dict, num_supernodes: int = 3, project=None, timeout: flo
         link = start("superlink", ["flower-superlink", "--ssl-ca-certfile", str(certs["ca"]), "--ssl-certfile",
                                    str(certs["cert"]), "--ssl-keyfile", str(certs["key"]), "--host", "127.0.0.1",
                                    "--port", str(port), "--database", str(home / "state.db"),
-                                   "--disable-runtime-dependency-installation"])
+                                   "--disable-runtime-dependency-installation",
+                                   *(["--enable-supernode-auth"] if supernode_auth else [])])
         _wait_port(port, link, logs / "superlink.log")
-        for i in range(num_supernodes):
-            start(f"supernode-{i}", ["flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
-                                     str(certs["ca"]), "--node-config",
-                                     f"partition-id={i} num-partitions={num_supernodes}", "--port", str(_free_port())])
         ca = Path(root_certificates) if root_certificates is not None else certs["ca"]
         check_tls(port, ca)
         (home / "config.toml").write_text(f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\n'
                                           f'address = "127.0.0.1:{port}"\nroot-certificates = "{ca}"\n')
+        nodes = [(f"supernode-{i}", i) for i in range(num_supernodes)]
+        nodes += [(f"intruder-{j}", j % num_supernodes) for j in range(unregistered)]
+        keys = write_node_keys(home / "keys", [name for name, _ in nodes]) if supernode_auth else {}
+        for name, _ in nodes[:num_supernodes] if supernode_auth else ():  # only the federation's members
+            reg = subprocess.run([_flwr(), "supernode", "register", str(keys[name][1]), "deploy"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+            if reg.returncode != 0:
+                raise RuntimeError(f"flwr supernode register {name} failed (exit {reg.returncode}):\n"
+                                   f"{(reg.stdout + reg.stderr)[-2000:]}")
+        for name, part in nodes:
+            auth = ["--auth-supernode-private-key", str(keys[name][0])] if supernode_auth else []
+            start(name, ["flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
+                         str(certs["ca"]), "--node-config", f"partition-id={part} num-partitions={num_supernodes}",
+                         "--port", str(_free_port()), *auth])
         out = home / "history.json"
         rc = {**run_config, "out": str(out), "num-clients": num_supernodes}
         proc = subprocess.run([_flwr(), "run", str(project), "deploy", "--stream", "--run-config",
