@@ -58,13 +58,13 @@ def _cli_args(out):
 
     return [sys.executable, "-m", "fedfrozen", "run", "--quiet", "--out", str(out), "--checkpoint-seconds", "0",
             "--dataset", "digits", "--model", "vit_digits", "--model-kwargs", json.dumps(TINY), "--n-clients", "4",
-            "--rounds", "120", "--local-steps", "2", "--batch-size", "16", "--partition", "dirichlet",
-            "--alpha", "0.5", "--method", "fedfrozen", "--warmup-rounds", "60", "--eval-every", "1", "--seed", "0",
+            "--rounds", "60", "--local-steps", "2", "--batch-size", "16", "--partition", "dirichlet",
+            "--alpha", "0.5", "--method", "fedfrozen", "--warmup-rounds", "30", "--eval-every", "1", "--seed", "0",
             "--device", "cpu"]
 
 
 def test_fedfrozen_run_killed_with_sigkill_continues_on_rerun_and_equals_an_uninterrupted_run(tmp_path, monkeypatch):
-    cfg = tiny_config(method="fedfrozen", rounds=120, warmup_rounds=60)
+    cfg = tiny_config(method="fedfrozen", rounds=60, warmup_rounds=30)
     ckpt = experiments.partial_checkpoint(cfg, tmp_path, "cli")
     env = {**os.environ, "FEDFROZEN_PROGRESS": "0"}
     proc = subprocess.Popen(_cli_args(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

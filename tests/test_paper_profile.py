@@ -110,11 +110,14 @@ def test_dry_run_shortens_each_run_and_logs_its_cost(tmp_path, monkeypatch):
 def test_dry_run_executes_every_paper_config_of_every_notebook():
     from fedfrozen.dryrun import dry_run
 
-    rows = dry_run("paper", tiny=True, progress=lambda line: None)
+    # 08 trains through Flower's runtime, not through run_or_load, and keeps digits at every profile: nbval runs it
+    # (smoke) and tests/test_flower.py its launches; leaving it out here saves CI a Flower start (~40 s)
+    books = [nb for nb in ff.io.notebooks() if not nb.name.startswith("08")]
+    rows = dry_run("paper", tiny=True, only=",".join(nb.name[:2] for nb in books), progress=lambda line: None)
     failed = [(r["notebook"], r["error"]) for r in rows if r["status"] != "ok"]
     assert not failed, failed
     names = {r["notebook"].split(" ")[0][:2] for r in rows}
-    expected = {nb.name[:2] for nb in ff.io.notebooks() if "ff.Config(" in nb.read_text() or "ff.data.load(" in nb.read_text()}
+    expected = {nb.name[:2] for nb in books if "ff.Config(" in nb.read_text() or "ff.data.load(" in nb.read_text()}
     assert names == expected and {"00", "03", "07"} <= names
-    # 02 trains nothing; 08 trains through Flower's runtime, not through run_or_load (and shrinks under a dry run)
-    assert all(r["configs"] > 0 for r in rows if not r["notebook"].startswith(("02", "08")))
+    # 02 trains nothing
+    assert all(r["configs"] > 0 for r in rows if not r["notebook"].startswith("02"))
