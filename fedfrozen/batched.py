@@ -207,9 +207,9 @@ def _client_batches(order, sizes, B: int):
     return pos, valid
 
 
-def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: list[dict], *, anchor_coeff=0.0,
+def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: list, *, anchor_coeff=0.0,
                 value_l2=0.0, value_mode="ridge") -> list[tuple[torch.Tensor, torch.Tensor, int]]:
-    """Train `clients` (dicts with idx, gen, correction, mask) from x_global at once.
+    """Train `clients` (objects with idx, gen, correction, mask: fedfrozen.round.ClientWork) from x_global at once.
 
     `opt` is the loop's FlatOptimizer, read for the update rule and its hyperparameters (kind, lr,
     weight decay, betas, eps, momentum); it is not stepped. Returns, per client in the given order,
@@ -217,7 +217,7 @@ def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: lis
     """
     cfg, model, device = setup.cfg, setup.model, setup.device
     n = len(clients)
-    plans = [plan(setup, c["idx"], c["gen"], cfg.local_epochs, cfg.local_steps) for c in clients]
+    plans = [plan(setup, c.idx, c.gen, cfg.local_epochs, cfg.local_steps) for c in clients]
     steps = [len(p[1]) for p in plans]
     rank = sorted(range(n), key=lambda i: -steps[i])  # stable: longest first, ties in the given order
     K = steps[rank[0]]
@@ -242,11 +242,11 @@ def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: lis
     W = x_t.repeat(n, 1)
     m = torch.zeros_like(W)
     v = torch.zeros_like(W) if opt.kind == "adamw" else None
-    corr_full = [clients[i]["correction"] for i in rank]
+    corr_full = [clients[i].correction for i in rank]
     corr = None
     if any(c is not None for c in corr_full):
         corr = torch.stack([layout.gather(c) if c is not None else x_t.new_zeros(layout.nt) for c in corr_full])
-    masks_full = [clients[i]["mask"] for i in rank]
+    masks_full = [clients[i].mask for i in rank]
     mask = None
     if any(mk is not None for mk in masks_full):
         mask = torch.stack([layout.gather(mk) if mk is not None else x_t.new_ones(layout.nt) for mk in masks_full])

@@ -55,12 +55,12 @@ def config_key(cfg) -> str:
     """
     from . import __version__
     from .config import Config
-    from .methods import names, results_revision
+    from .methods import results_revision
 
     defaults = _defaults(Config)
     changed = {k: v for k, v in cfg.to_dict().items() if k not in defaults or defaults[k] != v}
     content = {"config": changed, "version": __version__}
-    revision = results_revision(cfg.method) if cfg.method in names() else 0
+    revision = results_revision(cfg.method)
     if revision:
         content["revision"] = revision
     payload = json.dumps(content, sort_keys=True)

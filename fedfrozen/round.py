@@ -41,6 +41,9 @@ class Plan:
     sampled: list            # the clients of the round, in order
     weights: np.ndarray      # their data shares among the sampled (p_i)
     anchor_coeff: float      # the local objective's prox weight
+    switched: bool           # the stage changed at this round (fresh optimiser, frozen block sent again)
+    mask: torch.Tensor       # 0/1 over the flat buffer: the entries of the groups this stage trains
+    trainable_bytes: int     # bytes of those groups
     client_sq: dict = field(default_factory=dict)  # group -> sum_i p_i ||D_i,g||^2 (drift), filled by fold
     bytes_down: int = 0
     bytes_up: int = 0
@@ -112,7 +115,8 @@ class Round:
         """Stage switch (fresh optimiser, method state and frozen-block delivery), lr, value penalty, sampling."""
         method = self.method
         frozen = method.frozen_groups(r)
-        if frozen != self.current:
+        switched = frozen != self.current
+        if switched:
             self._set_stage(frozen)
             method.on_stage_switch(frozen)
             self.received_frozen.clear()
@@ -124,8 +128,8 @@ class Round:
         weights = sizes / sizes.sum() if sampled else np.zeros(0)
         self.acc.zero_()
         method.begin_round(r, sampled)
-        return Plan(r, frozen, lr, value_l2, sampled, weights, method.anchor_coeff(),
-                    client_sq={g: torch.zeros((), device=self.x.device) for g in qkv.GROUPS})
+        return Plan(r, frozen, lr, value_l2, sampled, weights, method.anchor_coeff(), switched, self.mask,
+                    self.trainable_bytes, client_sq={g: torch.zeros((), device=self.x.device) for g in qkv.GROUPS})
 
     def client_delta(self) -> torch.Tensor:
         """The update of the client whose weights the model holds (client - global), in the round's buffer."""
@@ -178,8 +182,6 @@ class LocalTraining:
         trainable = [g for g in qkv.GROUPS if g not in frozen]
         self.opt = local.make_optimizer(s.cfg, s.flat, trainable)
         self.layout = batched.Layout(s.model, s.flat, trainable, frozen) if self.use_batched else None
-        self.stage_mask = s.flat.mask(trainable)
-        self.trainable_bytes = s.flat.group_bytes(trainable)
 
     def _prepare(self, plan: Plan, cid: int, j: int, x: torch.Tensor) -> ClientWork:
         """The hooks before client `cid` trains; the model holds the global weights, the optimiser a fresh state."""
@@ -188,7 +190,7 @@ class LocalTraining:
         opt.reset()  # a fresh local optimiser state per client per round
         cmask = method.client_mask(plan.r, cid)
         opt.mask = cmask
-        trains = self.stage_mask if cmask is None else cmask * self.stage_mask
+        trains = plan.mask if cmask is None else cmask * plan.mask
         method.init_client(plan.r, cid, None if self.use_batched else opt, trains)
         seed = seed_for("local_batches", s.cfg.seed, plan.r, cid)
         if not self.use_batched:  # (the batched engine refuses models with random layers)
@@ -222,7 +224,7 @@ class LocalTraining:
             if not self.use_batched:
                 continue
             s.flat.data.copy_(x)
-            trained = batched.train_chunk(s, self.layout, self.opt, x, [_as_dict(c) for c in clients],
+            trained = batched.train_chunk(s, self.layout, self.opt, x, clients,
                                           anchor_coeff=plan.anchor_coeff, value_l2=plan.value_l2,
                                           value_mode=cfg.value_l2_mode)
             for c, (weights, loss_sum, steps) in zip(clients, trained):
@@ -235,14 +237,8 @@ class LocalTraining:
         """The hooks after client `c` was folded: its state from the update, and its (down, up) bytes."""
         method = self.method
         method.after_client(plan.r, c.cid, delta, c.steps, plan.lr, c.trains)
-        payload = self.trainable_bytes if c.mask is None else int(c.trains.count_nonzero()) * self.s.flat.element_size
-        return method.client_bytes(plan.r, c.cid, payload, self.trainable_bytes)
-
-
-def _as_dict(c: ClientWork) -> dict:
-    """The fields the batched engine reads of a client."""
-    return dict(cid=c.cid, idx=c.idx, gen=c.gen, mask=c.mask, trains=c.trains, forward=c.forward,
-                correction=c.correction)
+        payload = plan.trainable_bytes if c.mask is None else int(c.trains.count_nonzero()) * self.s.flat.element_size
+        return method.client_bytes(plan.r, c.cid, payload, plan.trainable_bytes)
 
 
 def round_metrics(flat, acc, client_sq: dict, frozen, kernels, prev_kernels) -> dict:

@@ -1,6 +1,7 @@
 """The batched engine (fedfrozen.batched) trains exactly what the sequential engine trains."""
 
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -91,7 +92,7 @@ def test_a_finished_client_does_not_move(setups):
     x0 = s.flat.data.clone()
 
     def clients(ids):
-        return [dict(idx=s.client_train[i], gen=torch.Generator().manual_seed(i), correction=None, mask=None)
+        return [SimpleNamespace(idx=s.client_train[i], gen=torch.Generator().manual_seed(i), correction=None, mask=None)
                 for i in ids]
 
     together = batched.train_chunk(s, layout, opt, x0, clients([0, 1]))

@@ -29,10 +29,10 @@ _BEFORE: set[int] = set()
 _TMP: list[str] = []
 
 
-def _flower_processes() -> list[tuple[int, int, str]]:
+def _flower_processes(table=None) -> list[tuple[int, int, str]]:
     from fedfrozen.flower.launch import process_table
 
-    return [(pid, ppid, args) for pid, ppid, state, args in process_table()
+    return [(pid, ppid, args) for pid, ppid, state, args in (table or process_table())
             if state != "Z" and any(k in args for k in _NAMES)]
 
 
@@ -50,12 +50,11 @@ def _own_processes_only(tmp_path, monkeypatch):
     _TMP[:] = [str(tmp_path)]
 
 
-def _descendants(rows, root: int) -> set[int]:
-    from fedfrozen.flower.launch import process_table
-
-    parent = {pid: ppid for pid, ppid, _, _ in process_table()}
+def _descendants(table, root: int) -> set[int]:
+    """Pids in the process `table` whose chain of parents reaches `root`."""
+    parent = {pid: ppid for pid, ppid, _, _ in table}
     out = set()
-    for pid, _, _ in rows:
+    for pid in parent:
         p, seen = pid, set()
         while p in parent and p not in seen and p > 1:
             seen.add(p)
@@ -71,8 +70,11 @@ def leftover_processes(wait: float = 20.0) -> list[str]:
     moment to exit); exited ones waiting to be reaped by their parent (state Z) do not count."""
     deadline = time.time() + wait
     while True:
-        rows = [r for r in _flower_processes() if r[0] not in _BEFORE]
-        mine = _descendants(rows, os.getpid())
+        from fedfrozen.flower.launch import process_table
+
+        table = process_table()  # one read of /proc per look
+        rows = [r for r in _flower_processes(table) if r[0] not in _BEFORE]
+        mine = _descendants(table, os.getpid())
         left = [f"{pid} {args}" for pid, _, args in rows if pid in mine or any(t in args for t in _TMP)]
         if not left or time.time() > deadline:
             return left

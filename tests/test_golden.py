@@ -18,7 +18,7 @@ def test_every_registered_method_has_a_golden_case():
     assert set(registry.names()) <= set(golden.cases())
 
 
-def test_golden_histories_are_bit_identical(monkeypatch):
+def test_golden_histories_are_bit_identical():
     saved = json.loads(golden.FILE.read_text())
     ref = saved.get(golden.machine())
     if ref is None:

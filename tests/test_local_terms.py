@@ -1,6 +1,7 @@
 """The local objective's gradient terms are exact: zero where they vanish, and FedProx is FedProx under AdamW."""
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -54,7 +55,7 @@ def _one_step(cfg, anchor_coeff, value_l2=0.0, engine="sequential"):
                     value_l2=value_l2, value_mode="prox")
         return s.flat.data.clone()
     layout = batched.Layout(s.model, s.flat, ff.qkv.GROUPS, ())
-    client = dict(idx=s.client_train[0], gen=gen, correction=None, mask=None)
+    client = SimpleNamespace(idx=s.client_train[0], gen=gen, correction=None, mask=None)
     trained = batched.train_chunk(s, layout, opt, x0, [client], anchor_coeff=anchor_coeff, value_l2=value_l2,
                                     value_mode="prox")
     return trained[0][0].clone()

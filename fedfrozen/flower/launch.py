@@ -6,7 +6,8 @@ connection, and every process the launch starts carries that folder in its comma
 finds and stops exactly those (Flower 1.42's `flwr run` against a `:local:` connection starts a managed
 SuperLink that stays up after the run; this stops it). Only those: another Flower run on the same machine
 (a second notebook, another user) is never looked at, stopped or counted; `processes_of(home)` is what a
-caller checks afterwards (notebook 08, the tests). A launch that cannot stop its own processes raises. Runtime dependency installation is switched off
+caller checks afterwards (notebook 08, the tests). A launch that cannot stop its own processes raises.
+Runtime dependency installation is switched off
 (FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1): the apps run in the installed environment.
 """
 
@@ -104,7 +105,7 @@ def stop(home, pids=(), timeout: float = 10.0) -> list[int]:
     processes they started meanwhile; the stopped pids. Raises LeftRunning naming any still alive."""
     stopped: set[int] = set()
     for _ in range(3):
-        targets = sorted((set(pids) | set(processes_of(home))) - {p for p in stopped if not _alive(p)})
+        targets = sorted(p for p in set(pids) | set(processes_of(home)) if _alive(p))
         if not targets:
             return sorted(stopped)
         stopped |= set(targets)

@@ -57,10 +57,9 @@ class FedFrozenStrategy(FedAvg):
         Context.state), nothing to a node whose partition is known and not sampled this round."""
         r = server_round - 1
         self.t0 = time.perf_counter()
-        switched = self.method.frozen_groups(r) != self.rnd.current
         self.plan = plan = self.rnd.open(r)  # stage switch, lr, value penalty, sampling: the loop's opening
         frozen, self.sampled = plan.frozen, plan.sampled
-        if switched:
+        if plan.switched:
             self.received_frozen.clear()
         conf = ConfigRecord({"server-round": server_round, "fedfrozen": json.dumps(self.cfg.to_dict()),
                              "frozen": ",".join(frozen), "lr": plan.lr, "value-l2": float(plan.value_l2),
