@@ -4,6 +4,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -249,3 +251,49 @@ def test_run_config_text_quotes_json():
     assert text.startswith('rounds=3 method="fedavg" fedfrozen-config=\'{')
     with pytest.raises(ValueError, match="both quote kinds"):
         run_config_arg({"x": "it's \"odd\""})
+
+
+def test_free_ports_are_distinct():
+    from fedfrozen.flower.launch import _free_ports
+
+    ports = _free_ports(8)
+    assert len(set(ports)) == 8
+
+
+def _fake_node(log, script):
+    """A stand-in SuperNode: a Python process writing `script`'s lines to its log."""
+    f = open(log, "w")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=f, stderr=subprocess.STDOUT)
+    f.close()
+    return p
+
+
+def test_a_supernode_that_exits_before_joining_is_started_once_more(tmp_path):
+    """_await_joined: a node whose first start exits (a transient refusal) is restarted on a fresh port and
+    joins; one that exits twice is a clear error naming it, with its log; the wait ends on the log line."""
+    from fedfrozen.flower import launch
+
+    marker, starts, procs = tmp_path / "first-start-done", [], []
+
+    def start(name, args):
+        starts.append((name, list(args)))
+        if name == "flaky" and not marker.exists():
+            marker.touch()
+            p = _fake_node(tmp_path / f"{name}.log", "print('Failed to activate SuperNode'); raise SystemExit(3)")
+        elif name == "broken":
+            p = _fake_node(tmp_path / f"{name}.log", "print('Failed to activate SuperNode'); raise SystemExit(3)")
+        else:
+            p = _fake_node(tmp_path / f"{name}.log", f"print('{launch.JOINED}: 1', flush=True)")
+        procs.append(p)
+        return p
+
+    args = ["flower-supernode", "--port", "1"]
+    launch._await_joined({"steady": args, "flaky": args}, start, tmp_path, timeout=60)
+    assert [n for n, _ in starts].count("flaky") == 2 and [n for n, _ in starts].count("steady") == 1
+    second = [a for n, a in starts if n == "flaky"][1]
+    assert second[second.index("--port") + 1] != "1"  # a fresh port
+    assert "Failed to activate" in (tmp_path / "flaky.first.log").read_text()
+    with pytest.raises(RuntimeError, match=r"(?s)SuperNode broken exited twice .*Failed to activate"):
+        launch._await_joined({"broken": args}, start, tmp_path, timeout=60)
+    for p in procs:
+        p.wait(timeout=30)

@@ -203,11 +203,53 @@ def write_node_keys(folder, names) -> dict:
 
 
 def _free_port() -> int:
+    return _free_ports(1)[0]
+
+
+def _free_ports(n: int) -> list[int]:
+    """`n` distinct ports free on 127.0.0.1 now (all held open together while chosen, so none repeats)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+JOINED = "SuperNode ID"  # what a SuperNode logs once the SuperLink accepted it
+
+
+def _await_joined(nodes: dict, start, logs: Path, timeout: float = 180.0) -> None:
+    """Wait until every SuperNode in `nodes` (name -> its args; started already) logs that it joined. One that
+    exits before joining (a transient refusal, its port taken meanwhile) is started once more on a fresh port;
+    a second exit, or `timeout` s without joining, raises with its log (not the server's later, vaguer timeout)."""
+    procs = {name: start(name, args) for name, args in nodes.items()}
+    retried: set[str] = set()
+    deadline = time.time() + timeout
+    while procs:
+        for name in list(procs):
+            exited = procs[name].poll() is not None  # before reading the log: an exit's last words are in it
+            text = (logs / f"{name}.log").read_text(errors="replace")
+            if JOINED in text:
+                del procs[name]
+            elif exited:
+                if name in retried:
+                    raise RuntimeError(f"SuperNode {name} exited twice ({procs[name].returncode}) before joining; "
+                                       f"its log ends:\n{text[-2000:]}")
+                retried.add(name)
+                args = list(nodes[name])
+                args[args.index("--port") + 1] = str(_free_port())
+                (logs / f"{name}.log").rename(logs / f"{name}.first.log")
+                procs[name] = start(name, args)
+        if procs and time.time() > deadline:
+            name = sorted(procs)[0]
+            raise RuntimeError(f"SuperNode(s) {', '.join(sorted(procs))} did not join within {timeout:.0f} s; "
+                               f"{name}'s log ends:\n{(logs / f'{name}.log').read_text(errors='replace')[-2000:]}")
+        time.sleep(0.3)
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
@@ -291,11 +333,17 @@ def deploy(run_config: dict, num_supernodes: int = 3, project=None, timeout: flo
             if reg.returncode != 0:
                 raise RuntimeError(f"flwr supernode register {name} failed (exit {reg.returncode}):\n"
                                    f"{(reg.stdout + reg.stderr)[-2000:]}")
-        for name, part in nodes:
+        node_ports = _free_ports(len(nodes))
+        args = {}
+        for (name, part), node_port in zip(nodes, node_ports):
             auth = ["--auth-supernode-private-key", str(keys[name][0])] if supernode_auth else []
-            start(name, ["flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
-                         str(certs["ca"]), "--node-config", f"partition-id={part} num-partitions={num_supernodes}",
-                         "--port", str(_free_port()), *auth])
+            args[name] = ["flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
+                          str(certs["ca"]), "--node-config", f"partition-id={part} num-partitions={num_supernodes}",
+                          "--port", str(node_port), *auth]
+        members = list(args)[:num_supernodes]
+        for name in list(args)[num_supernodes:]:  # the unregistered: started, never awaited (they are refused)
+            start(name, args[name])
+        _await_joined({name: args[name] for name in members}, start, logs)
         out = home / "history.json"
         rc = {**run_config, "out": str(out), "num-clients": num_supernodes}
         proc = subprocess.run([_flwr(), "run", str(project), "deploy", "--stream", "--run-config",
