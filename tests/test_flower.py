@@ -153,7 +153,7 @@ def test_partial_participation_by_partition_id(tmp_path):
 
 def test_stale_update_methods_run_on_flower(tmp_path):
     """FedSteer keeps its caches on the server only: under partial participation Flower equals the loop."""
-    cfg = tiny_config(method="fedsteer", n_clients=4, clients_per_round=2, rounds=4, fedsteer_core=2)
+    cfg = tiny_config(method="fedsteer", n_clients=4, clients_per_round=2, rounds=4, method_args={"core": 2})
     hf, hl = flower_history(cfg, tmp_path), ff.run(cfg, progress=False)
     assert [r["test_acc"] for r in hf.rows] == pytest.approx([r["test_acc"] for r in hl.rows], abs=1e-6)
     assert [r["server_cache_bytes"] for r in hf.rows] == [r["server_cache_bytes"] for r in hl.rows]
@@ -178,7 +178,7 @@ def test_unsupported_methods_are_named_before_any_node_starts(tmp_path):
     # methods whose client-side hooks the Flower client would skip are refused, not run as FedAvg
     for method in ("fedadamw", "fedlada", "fedact", "fedslm"):
         with pytest.raises(ValueError, match=f"{method}.*client-side hook"):
-            fl.check_supported(tiny_config(method=method, fedslm_ranks=(4,)))
+            fl.check_supported(tiny_config(method=method, method_args={"ranks": (4,)} if method == "fedslm" else {}))
     with pytest.raises(ValueError, match="progressive"):
         fl.check_supported(tiny_config(method="fedfrozen_plateau", freeze_schedule="progressive"))
     fl.check_supported(tiny_config(method="fedsteer"))   # server-side hooks only

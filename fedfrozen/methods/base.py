@@ -3,6 +3,7 @@
 A method is one object. The loop (fedfrozen.loop.run) owns the resident model, the flat
 buffers and the order of events; at each point where methods differ it calls a hook:
 
+    (self.settings: the method's own settings, Config.method_args, checked when the Method is built)
     setup(setup)                                  once, before round 0 (or a resume)
     per round r, in this order (tests/test_methods.py records it under both engines):
       frozen_groups(r)                            groups no client trains this round (stage switch when it changes)
@@ -43,6 +44,7 @@ from .fedopt import ServerOptimizer
 from .freezing import FREEZE_SCHEDULES
 from .objective import LocalObjective, Prox
 from .scaffold import Scaffold
+from .settings import Settings
 
 __all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_probabilities", "RUNTIMES",
            "CLIENT_HOOKS"]
@@ -87,10 +89,14 @@ class Method:
     """FedAvg, and the composition of a local objective, a server optimiser and a freezing schedule.
 
     local, server, schedule: component names (Config.local_objective, server_opt and
-    freeze_schedule override them); frozen: the groups the schedule freezes, None for cfg.freeze.
+    freeze_schedule override them); frozen: the groups the schedule freezes, None for cfg.freeze;
+    settings: the settings class read from cfg.method_args (default: the class's `Settings`).
     """
 
     name = "fedavg"
+    # the method's own settings (fedfrozen.methods.settings): a frozen dataclass read as self.settings, given as
+    # Config.method_args; the base has none
+    Settings = Settings
     # The batched engine (fedfrozen.batched) can train this method's clients at once: its hooks do not
     # replace the forward pass (client_forward) nor use the local optimiser object given to init_client
     # (None under the batched engine). A method that does sets this False.
@@ -102,8 +108,10 @@ class Method:
     results_revision = 0
 
     def __init__(self, cfg, *, local: str = "plain", server: str = "avg", schedule: str = "none",
-                 frozen: tuple | None = ()):
+                 frozen: tuple | None = (), settings: type | None = None):
         self.cfg = cfg
+        self.settings = (settings or type(self).Settings).create(cfg.method, cfg.method_args)
+        self.settings.check(cfg)
         local = cfg.local_objective or local
         server = cfg.server_opt or server
         schedule = cfg.freeze_schedule or schedule
