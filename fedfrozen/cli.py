@@ -250,7 +250,7 @@ def cmd_dry_run(args) -> int:
 
     print(HEADER, flush=True)
     rows = dry_run(args.profile, tiny=args.tiny, rounds=args.rounds, only=args.only, kernel=args.kernel, keep=args.keep,
-                   progress=lambda line: print(line, flush=True))
+                   progress=lambda line: print(line, flush=True), workers=args.workers)
     print()
     print(format_table(rows))
     return 1 if any(r["status"] != "ok" for r in rows) else 0
@@ -305,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--only", help="comma-separated notebook numbers, e.g. 03,04")
     d.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     d.add_argument("--keep", help="keep the temporary project (executed notebooks, log) in this folder")
+    d.add_argument("--workers", type=_threads, default=1,
+                   help="notebooks executed at once (default 1; more share the cores, so the projection is then off)")
     d.set_defaults(func=cmd_dry_run)
     s = sub.add_parser("select-lr", help="choose each method's local lr at the paper scale by the one rule")
     s.add_argument("--dataset", choices=["cifar10", "cifar100"], default="cifar10")

@@ -60,8 +60,8 @@ class AFedLF(Method):
     Settings = AFedLFSettings
 
     batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
-    not_on = {"flower": "per-client frozen prefixes and activation caches (client_mask, client_forward) are not sent "
-                        "through the ConfigRecord"}
+    not_on = {"flower": "its per-client frozen prefixes and prefix activation caches (client_mask, client_forward) "
+                        "are not carried by split hooks yet"}
     results_revision = 1  # 1: the device profiles draw from their own seed (they shared skewed participation's)
 
     def setup(self, setup) -> None:

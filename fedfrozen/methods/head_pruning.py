@@ -79,7 +79,8 @@ class HeadPruning(Method):
     """FedAvg where each client trains its most confident heads and the server averages heads by confidence."""
 
     Settings = HeadPruningSettings
-    not_on = {"flower": "per-client head masks (client_mask) are not sent through the ConfigRecord"}
+    not_on = {"flower": "each client's head mask comes from confidences measured on its own data (client_mask, "
+                        "after_client), which its split hooks do not carry yet"}
 
     def setup(self, setup) -> None:
         super().setup(setup)
