@@ -2,7 +2,8 @@
 and `fedfrozen reproduce` (the notebooks).
 
 `fedfrozen run` has one flag per Config field (documented from the field's comment in
-fedfrozen/config.py), plus `--config FILE` (JSON or YAML) and `--out DIR`. Rerunning an
+fedfrozen/config.py), one per method setting (`--fedsteer-core`, generated from the method's settings
+dataclass, grouped by method in --help), plus `--config FILE` (JSON or YAML) and `--out DIR`. Rerunning an
 interrupted `fedfrozen run` continues from its last checkpoint (kept every
 `--checkpoint-seconds`, default 60) and gives the History of an uninterrupted run.
 `fedfrozen reproduce --profile {smoke,cpu,paper} [--only 02,03]` executes the notebooks in
@@ -58,6 +59,55 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, type=base, default=None, help=doc)
 
 
+_SETTING = "setting:"  # argparse dest prefix of a method setting's flag
+
+
+def _setting_classes() -> dict:
+    """settings class -> the registered methods that read it, in registration order (one flag group each)."""
+    out: dict = {}
+    for name in methods.names():
+        cls = methods.settings_class(name)
+        if cls.fields():
+            out.setdefault(cls, []).append(name)
+    return out
+
+
+def _add_setting_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per method setting, `--{prefix}-{name}` (e.g. --fedsteer-core), generated from the settings
+    dataclasses (fedfrozen.methods.settings), grouped by method in --help; they fill Config.method_args."""
+    seen: set = set()
+    for cls in _setting_classes():
+        group = p.add_argument_group(f"settings of {', '.join(methods.methods_with(cls))} (Config.method_args)")
+        for spec in methods.settings.spec(cls):
+            if spec["flat"] in seen:  # an extended class (FedACT's) repeats its base's settings (FedAdamW's)
+                continue
+            seen.add(spec["flat"])
+            flag = "--" + spec["flat"].replace("_", "-")
+            doc = f"{spec['name']}: {spec['help']} (default: {spec['default']!r})".replace("%", "%%")
+            base, elem, _ = spec["type"]
+            dest, meta = _SETTING + spec["flat"], spec["name"].upper()
+            if base is bool:
+                group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=doc)
+            elif base is tuple:
+                group.add_argument(flag, dest=dest, nargs="*", type=elem, default=None, metavar=meta, help=doc)
+            else:
+                group.add_argument(flag, dest=dest, type=base, default=None, metavar=meta, help=doc)
+
+
+def _settings_from_args(args: argparse.Namespace, method: str) -> dict:
+    """The method settings given as flags, by name; a flag of another method's setting is an error."""
+    given = {k[len(_SETTING):]: v for k, v in vars(args).items() if k.startswith(_SETTING) and v is not None}
+    own = {flat: name for name, flat in methods.flat_names(methods.settings_class(method)).items()}
+    out = {}
+    for flat, value in given.items():
+        if flat not in own:
+            owner = methods.flat_settings()[flat][0]
+            raise ValueError(f"--{flat.replace('_', '-')} is a setting of {', '.join(methods.methods_with(owner))}, "
+                             f"not of --method {method}")
+        out[own[flat]] = value
+    return out
+
+
 def _load_config_file(path: str) -> dict:
     """The Config fields in a JSON or YAML file; a ValueError naming the file for anything else."""
     p = Path(path)
@@ -85,16 +135,39 @@ def config_from_args(args: argparse.Namespace) -> Config:
         v = getattr(args, f.name)
         if v is not None:
             values[f.name] = v
+    method = values.get("method", Config.method)
+    if method not in methods.names():
+        raise ValueError(f"method must be one of {', '.join(methods.names())}; got {method!r}")
+    flags = _settings_from_args(args, method)
+    if flags:
+        values["method_args"] = {**(values.get("method_args") or {}), **flags}
     return Config.from_dict(values)
 
 
 def _methods_table() -> str:
     width = max(map(len, methods.names()))
-    return "\n".join(f"  {name:{width}s}  {summary}" for name, summary in methods.describe().items())
+    return "\n".join(f"  {name:{width}s}  {summary}" + (f" [settings: {', '.join(methods.settings_class(name).fields())}]"
+                                                         if methods.settings_class(name).fields() else "")
+                     for name, summary in methods.describe().items())
+
+
+def _settings_table(name: str) -> str:
+    specs = methods.settings.spec(methods.settings_class(name))
+    if not specs:
+        return f"method {name!r} has no settings of its own"
+    lines = [f"settings of {name!r} (Config(method={name!r}, method_args={{...}}); fedfrozen run --method {name} ...):"]
+    for sp in specs:
+        lines.append(f"  {sp['name']:14s} --{sp['flat'].replace('_', '-'):26s} default {sp['default']!r}: {sp['help']}")
+    return "\n".join(lines)
 
 
 def cmd_methods(args) -> int:
-    print("registered methods (Config.method / fedfrozen run --method NAME):")
+    if args.settings:
+        if args.settings not in methods.names():
+            raise ValueError(f"--settings: method must be one of {', '.join(methods.names())}; got {args.settings!r}")
+        print(_settings_table(args.settings))
+        return 0
+    print("registered methods (Config.method / fedfrozen run --method NAME; their settings: --settings NAME):")
     print(_methods_table())
     return 0
 
@@ -177,7 +250,7 @@ def cmd_dry_run(args) -> int:
 
     print(HEADER, flush=True)
     rows = dry_run(args.profile, tiny=args.tiny, rounds=args.rounds, only=args.only, kernel=args.kernel, keep=args.keep,
-                   progress=lambda line: print(line, flush=True))
+                   progress=lambda line: print(line, flush=True), workers=args.workers)
     print()
     print(format_table(rows))
     return 1 if any(r["status"] != "ok" for r in rows) else 0
@@ -218,8 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep a checkpoint of the unfinished run at most this often (0: every round); "
                         "rerunning the same command after an interruption continues from it (default: 60)")
     _add_config_flags(r)
+    _add_setting_flags(r)
     r.set_defaults(func=cmd_run)
     m = sub.add_parser("methods", help="list the registered methods, one line each")
+    m.add_argument("--settings", metavar="NAME", help="the settings of method NAME: names, flags, defaults, help")
     m.set_defaults(func=cmd_methods)
     d = sub.add_parser("dry-run", help="every paper-profile config of every notebook for a few rounds on a fake "
                                        "CIFAR: configs, seconds per round, peak memory, projected hours")
@@ -230,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--only", help="comma-separated notebook numbers, e.g. 03,04")
     d.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     d.add_argument("--keep", help="keep the temporary project (executed notebooks, log) in this folder")
+    d.add_argument("--workers", type=_threads, default=1,
+                   help="notebooks executed at once (default 1; more share the cores, so the projection is then off)")
     d.set_defaults(func=cmd_dry_run)
     s = sub.add_parser("select-lr", help="choose each method's local lr at the paper scale by the one rule")
     s.add_argument("--dataset", choices=["cifar10", "cifar100"], default="cifar10")

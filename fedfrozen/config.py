@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 
 from . import methods
 from .data import DATASETS
+from .methods.settings import annotation_type
 from .partition import PARTITIONS
 from .qkv import GROUPS
 
@@ -25,13 +27,7 @@ def field_type(name: str) -> tuple:
     element the type of a tuple's items (else None); optional whether None is allowed."""
     if not _HINTS:
         _HINTS.update(typing.get_type_hints(Config))
-    hint, optional = _HINTS[name], False
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        optional, hint = len(args) < len(typing.get_args(hint)), args[0]
-    base = typing.get_origin(hint) or hint
-    elem = next((a for a in typing.get_args(hint) if a is not Ellipsis), None) if base is tuple else None
-    return base, elem, optional
+    return annotation_type(_HINTS[name])
 
 
 @dataclass
@@ -88,19 +84,7 @@ class Config:
     freeze_patience: int = 3           # adaptive schedules: consecutive rounds the condition must hold
     prox_mu: float = 0.01              # FedProx mu
     feddyn_alpha: float = 0.01         # FedDyn alpha
-    tlu_k: int | None = None           # FedTLU: layers trained per round (None: 25% of the layers, at least 1)
-    afedlf_max_depth: int | None = None  # AFedLF: deepest frozen prefix (blocks); None: all but the last block
-    head_sparsity: float = 0.5         # head pruning: share s of attention heads each client leaves untrained, in [0, 1)
-    head_weighting: str = "confidence"  # head pruning: per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)
-    fedadamw_gamma: float = 0.9        # FedAdamW: weight gamma of the pull along the last mean update (lr and wd scaled by 1 - gamma)
-    fedadamw_server_moments: bool = True  # FedAdamW: clients start from the server's per-tensor v and step counter
-    fedact_alpha: float = 0.9          # FedACT [recon]: weight alpha of the global direction in the local step
-    fedact_tau_min: float = 0.1        # FedACT [recon]: lower clip of the coordinate trust (1: trust == 1)
-    fedslm_ranks: tuple[int, ...] = ()           # FedSLM [recon]: ranks r_1 < ... < r_G of the groups' truncated linear layers; () = 1/6, 1/3, 2/3 of the smallest layer (8, 16, 32 on vit_digits)
-    fedslm_adapter_rank: int = 0       # FedSLM: rank of each client's adapter on its truncated base (0: no adapters)
-    fedsteer_core: int | None = None   # FedSteer: K, the clients of the core set whose cached updates span the subspace (None: min(10, N))
-    fedsteer_lambda: float = 0.5       # FedSteer: ridge lambda of the subspace coordinates (> 0)
-    fedsteer_select_rounds: int = 5    # FedSteer: the core set is re-chosen at the end of the first rounds, then fixed
+    method_args: dict = field(default_factory=dict)  # the method's own settings, e.g. {"core": 5} for fedsteer (fedfrozen methods --settings)
     scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
     server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
     server_momentum: float = 0.9       # FedAvgM beta
@@ -130,12 +114,26 @@ class Config:
             if field_type(f.name)[0] is float and isinstance(value, int) and not isinstance(value, bool):
                 setattr(self, f.name, float(value))
         self.freeze = tuple(self.freeze)
-        self.fedslm_ranks = tuple(self.fedslm_ranks)
         if self.clients_per_round is not None and self.clients_per_round == self.n_clients:
             self.clients_per_round = None
         if self.local_epochs is None and self.local_steps is None:
             self.local_epochs = 1
         self.validate()
+        # one spelling per run: only the settings that differ from the method's defaults, normalised
+        self.method_args = methods.settings_class(self.method).create(self.method, self.method_args).changed()
+
+    def __getattr__(self, name: str):
+        """A method setting under its flat name of earlier versions (`cfg.fedsteer_core`): deprecated, with
+        a warning naming cfg.method_args; its default when this config's method does not have it."""
+        if name.startswith("_") or name not in methods.flat_settings():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        owner, setting = methods.flat_settings()[name]
+        warnings.warn(f"Config.{name} is deprecated: the setting is cfg.method_args[{setting!r}] (method "
+                      f"{self.method!r})", FutureWarning, stacklevel=2)
+        own = methods.settings_class(self.__dict__.get("method", "fedavg"))
+        if any(flat == name for flat in methods.flat_names(own).values()):
+            return self.__dict__.get("method_args", {}).get(setting, own.fields()[setting].default)
+        return owner.fields()[setting].default
 
     def _check_types(self) -> None:
         """Every field against its annotation (generated from the field list: a new field is covered too):
@@ -253,32 +251,9 @@ class Config:
         if self.freeze_schedule is not None:
             choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
         choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
-        ranks = self.fedslm_ranks
-        if any(r < 1 for r in ranks):
-            raise ValueError(f"fedslm_ranks must be integers >= 1 (or empty: the default ranks); got {ranks!r}")
-        if any(b <= a for a, b in zip(ranks, ranks[1:])):
-            raise ValueError(f"fedslm_ranks must be increasing (r_1 < ... < r_G); got {ranks!r}")
-        integer("fedslm_adapter_rank", 0)
-        integer("fedsteer_core", 1)
-        if self.fedsteer_core is not None and self.fedsteer_core > self.n_clients and self.method == "fedsteer":
-            raise ValueError(f"fedsteer_core ({self.fedsteer_core}) must not exceed n_clients ({self.n_clients}): "
-                             "the core set is drawn from the clients")
-        number("fedsteer_lambda", 0, lo_open=True)
-        integer("fedsteer_select_rounds", 0)
-        number("fedact_alpha", 0)
-        number("fedact_tau_min", 0, 1, lo_open=True)
-        number("fedadamw_gamma", 0, 1)
-        if self.fedadamw_gamma >= 1:
-            raise ValueError(f"fedadamw_gamma must be in [0, 1); got {self.fedadamw_gamma!r}")
         number("freeze_tau", 0)
         number("freeze_rho", 0)
         integer("freeze_patience", 1)
-        integer("tlu_k", 1)
-        integer("afedlf_max_depth", 0)
-        number("head_sparsity", 0, 1)
-        if self.head_sparsity >= 1:
-            raise ValueError(f"head_sparsity must be in [0, 1): at least one head trains; got {self.head_sparsity!r}")
-        choice("head_weighting", ("confidence", "uniform"))
         number("prox_mu", 0)
         number("feddyn_alpha", 0, lo_open=True)
         number("server_lr", 0, lo_open=True)
@@ -296,7 +271,7 @@ class Config:
         integer("eval_every", 1)
         choice("engine", ("sequential", "batched", "auto"))
         integer("engine_chunk", 1)
-        methods.build(self)  # the method's own checks (component compatibility)
+        methods.build(self)  # the method's own checks: its settings (method_args), component compatibility
 
     def warnings(self) -> list[str]:
         """Settings that are valid but make the run something other than it looks (one policy: such values
@@ -316,11 +291,57 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Config":
+        """A Config from `to_dict`'s form; a stored dict of an earlier version (method settings as flat fields,
+        e.g. `fedsteer_core`) is read too, its settings moved into method_args without a warning."""
         names = {f.name for f in dataclasses.fields(cls)}
+        d = dict(d)
+        flat = {k: d.pop(k) for k in list(d) if k in methods.flat_settings()}
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown Config field(s) {unknown}")
+        if flat:
+            d["method_args"] = _from_flat(d.get("method", "fedavg"), d.get("method_args") or {}, flat, warn=False)
         return cls(**d)
 
     def replace(self, **changes) -> "Config":
+        """A copy with `changes`. Another `method` without `method_args` starts from that method's default
+        settings (the old method's settings are not the new one's); give method_args to set them."""
+        if changes.get("method", self.method) != self.method and "method_args" not in changes:
+            changes["method_args"] = {}
         return dataclasses.replace(self, **changes)
+
+
+def _from_flat(method: str, args: dict, flat: dict, warn: bool) -> dict:
+    """method_args with the flat-named settings `flat` ({"fedsteer_core": 5}) moved in. A flat name of another
+    method's setting is dropped (it never changed this method's run), said when its value is not the default;
+    `warn`: say that the flat spelling is deprecated."""
+    args = dict(args)
+    own = methods.flat_names(methods.settings_class(method)) if method in methods.names() else {}
+    by_flat = {f: name for name, f in own.items()}
+    for key, value in flat.items():
+        owner, setting = methods.flat_settings()[key]
+        if key in by_flat:
+            args[setting] = value
+            if warn:
+                warnings.warn(f"Config({key}=...) is deprecated: use method_args={{{setting!r}: {value!r}}} "
+                              f"(command line: --{key.replace('_', '-')})", FutureWarning, stacklevel=3)
+        elif value != owner.fields()[setting].default:
+            warnings.warn(f"Config({key}={value!r}) is ignored: method {method!r} has no such setting (it is a setting "
+                          f"of {', '.join(methods.methods_with(owner))})", FutureWarning, stacklevel=3)
+    return args
+
+
+_generated_init = Config.__init__
+
+
+@functools.wraps(_generated_init)
+def _init(self, *args, **kwargs):
+    """The dataclass's __init__, also taking the deprecated flat names of method settings (a warning each)."""
+    flat = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.flat_settings()}
+    if flat:
+        kwargs["method_args"] = _from_flat(kwargs.get("method", "fedavg"), kwargs.get("method_args") or {}, flat,
+                                           warn=True)
+    _generated_init(self, *args, **kwargs)
+
+
+Config.__init__ = _init

@@ -55,15 +55,43 @@ def _summarise(records: list[dict]) -> dict:
             "device": recs[0]["device"] if recs else None}
 
 
-def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: str | None = None,
-            kernel: str = "python3", keep: str | None = None, progress=print) -> list[dict]:
-    """Run the dry run; returns one row per notebook execution (name, status, seconds, summary, error)."""
+def _execute(nb: str, out: str, profile: str, extra: dict, settings: dict, kernel: str) -> tuple[str | None, float]:
+    """Execute one notebook with papermill under the dry-run settings (in this process's environment, which the
+    kernel inherits); (the error or None, seconds)."""
     import papermill as pm
+
+    old = os.environ.get(DRY_RUN_ENV)
+    os.environ[DRY_RUN_ENV] = json.dumps(settings)
+    t0 = time.perf_counter()
+    error = None
+    try:
+        pm.execute_notebook(nb, out, parameters={"profile": profile, **extra}, cwd=str(Path(nb).parent),
+                            kernel_name=kernel, progress_bar=False)
+    except Exception as e:  # noqa: BLE001 - papermill raises PapermillExecutionError with the failing cell's error
+        lines = str(e).strip().splitlines()
+        error = f"{type(e).__name__}: {lines[-1][:200] if lines else ''}"
+    finally:
+        if old is None:
+            os.environ.pop(DRY_RUN_ENV, None)
+        else:
+            os.environ[DRY_RUN_ENV] = old
+    return error, time.perf_counter() - t0
+
+
+def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: str | None = None,
+            kernel: str = "python3", keep: str | None = None, progress=print, workers: int = 1) -> list[dict]:
+    """Run the dry run; returns one row per notebook execution (name, status, seconds, summary, error), in the
+    notebooks' order. `workers` > 1 executes that many notebooks at once (each in its own process and kernel;
+    their seconds per round then share the cores, so use 1 for the projection)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
 
     if profile != "paper":
         raise ValueError(f"the dry run checks the paper profile; got profile {profile!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
         raise ValueError(f"rounds must be an integer >= 2 (both stages); got {rounds!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
     books = notebooks(only)
     tmp = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="fedfrozen-dry-run-"))
     try:
@@ -76,34 +104,27 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
         for name, classes in (("cifar10", 10), ("cifar100", 100)):
             per_class, test_per_class = (20_000 // classes, 5) if tiny else (50_000 // classes, 10_000 // classes)
             write_fake_cifar(name, tmp / "data", per_class=per_class, test_per_class=test_per_class)
-        log = tmp / "dry_run.jsonl"
-        rows = []
-        for nb, extra in _executions([tmp / "notebooks" / b.name for b in books]):
+        jobs = []
+        for i, (nb, extra) in enumerate(_executions([tmp / "notebooks" / b.name for b in books])):
             label = nb.name + "".join(f" ({k}={v})" for k, v in extra.items())
+            log = tmp / f"dry_run_{i}.jsonl"  # one log per execution: executions may run at once
             settings = dict(log=str(log), rounds=rounds, model_kwargs=TINY_MODEL if tiny else None, one_seed=tiny,
                             notebook=label)
-            old = os.environ.get(DRY_RUN_ENV)
-            os.environ[DRY_RUN_ENV] = json.dumps(settings)
-            t0 = time.perf_counter()
-            error = None
-            try:
-                pm.execute_notebook(str(nb), str(tmp / f"executed_{nb.stem}{'_' + '_'.join(map(str, extra.values())) if extra else ''}.ipynb"),
-                                    parameters={"profile": profile, **extra}, cwd=str(nb.parent), kernel_name=kernel,
-                                    progress_bar=False)
-            except Exception as e:  # papermill raises PapermillExecutionError with the failing cell's error
-                lines = str(e).strip().splitlines()
-                error = f"{type(e).__name__}: {lines[-1][:200] if lines else ''}"
-            finally:
-                if old is None:
-                    os.environ.pop(DRY_RUN_ENV, None)
-                else:
-                    os.environ[DRY_RUN_ENV] = old
+            out = tmp / f"executed_{nb.stem}{'_' + '_'.join(map(str, extra.values())) if extra else ''}.ipynb"
+            jobs.append((label, log, (str(nb), str(out), profile, extra, settings, kernel)))
+
+        def row(label, log, error, seconds):
             records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-            row = {"notebook": label, "status": "FAILED" if error else "ok", "seconds": time.perf_counter() - t0,
-                   **_summarise([r for r in records if r["notebook"] == label]), "error": error}
-            rows.append(row)
-            progress(format_row(row))
-        return rows
+            r = {"notebook": label, "status": "FAILED" if error else "ok", "seconds": seconds,
+                 **_summarise([x for x in records if x["notebook"] == label]), "error": error}
+            progress(format_row(r))
+            return r
+
+        if workers == 1:
+            return [row(label, log, *_execute(*args)) for label, log, args in jobs]
+        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_execute, *args) for _, _, args in jobs]
+            return [row(label, log, *f.result()) for (label, log, _), f in zip(jobs, futures)]
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -49,16 +49,22 @@ def config_key(cfg) -> str:
     """Hash of the config's non-default fields and the package version (12 hex digits).
 
     Fields at their default value are left out, so adding a Config field (with a default that
-    keeps the old behaviour) does not invalidate the cache. A method whose results a fix changed
+    keeps the old behaviour) does not invalidate the cache; a method's settings (method_args) enter
+    by their flat names (`fedsteer_core`), as when they were Config fields. A method whose results a fix changed
     (Method.results_revision > 0) adds its revision, so its old Histories are not served; the keys
     of every other method stay as they were.
     """
     from . import __version__
     from .config import Config
-    from .methods import results_revision
+    from .methods import flat_names, results_revision, settings_class
 
     defaults = _defaults(Config)
-    changed = {k: v for k, v in cfg.to_dict().items() if k not in defaults or defaults[k] != v}
+    d = cfg.to_dict()
+    # the method's own settings by their flat names (fedsteer_core: the Config fields of earlier versions), so
+    # the keys of runs cached before method_args stay what they were
+    names = flat_names(settings_class(cfg.method))
+    d.update({names[k]: v for k, v in d.pop("method_args").items()})
+    changed = {k: v for k, v in d.items() if k not in defaults or defaults[k] != v}
     content = {"config": changed, "version": __version__}
     revision = results_revision(cfg.method)
     if revision:
@@ -121,7 +127,7 @@ def _problem(folder: Path, cfg, files=_FILES) -> tuple[str | None, History | Non
         hist = History.load(folder / "history.json")
     except (OSError, ValueError) as e:
         return str(e), None
-    if json.loads(json.dumps(hist.config)) != json.loads(json.dumps(cfg.to_dict())):
+    if _normalised(hist.config) != json.loads(json.dumps(cfg.to_dict())):
         return "its History was written by another config", None
     rounds = [row.get("round") if isinstance(row, dict) else None for row in hist.rows]
     expected = list(range(len(rounds) if hist.diverged else cfg.rounds))
@@ -129,6 +135,20 @@ def _problem(folder: Path, cfg, files=_FILES) -> tuple[str | None, History | Non
         return (f"its History has rounds {rounds[:3]}{'...' if len(rounds) > 3 else ''} ({len(rounds)} rows) "
                 f"where the config implies {cfg.rounds}"), None
     return None, hist
+
+
+def _normalised(config: dict):
+    """A stored config dict as this version writes it (an earlier version's flat method settings moved into
+    method_args), JSON-round-tripped; the dict itself when it is not a valid Config."""
+    from .config import Config
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = Config.from_dict(config).to_dict()
+    except (TypeError, ValueError):
+        pass
+    return json.loads(json.dumps(config))
 
 
 def _move_aside(path: Path, why: str, what: str) -> Path:

@@ -283,6 +283,17 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from (truncated, empty, missing keys, another config, cut short)."""
 
 
+def _stored_config(d: dict) -> dict:
+    """A checkpoint's config as this version writes it (an earlier version's flat method settings moved into
+    method_args); the dict itself when it is not a valid Config."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Config.from_dict(d).to_dict()
+    except (TypeError, ValueError):
+        return d
+
+
 def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
     try:
         state = torch.load(path, map_location=x_global.device, weights_only=True)
@@ -294,8 +305,8 @@ def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
         raise CheckpointError(f"checkpoint {path} is not a fedfrozen checkpoint (missing "
                               f"{[k for k in keys if not isinstance(state, dict) or k not in state]})")
     cfg_d = cfg.to_dict()
-    if state["config"] != cfg_d:
-        diff = sorted(k for k in cfg_d if state["config"].get(k) != cfg_d[k])
+    if state["config"] != cfg_d and _stored_config(state["config"]) != cfg_d:
+        diff = sorted(k for k in cfg_d if _stored_config(state["config"]).get(k) != cfg_d[k])
         raise CheckpointError(f"checkpoint {path} was written by a different config (fields {diff})")
     start, rows = state["round"], state["rows"]
     if not isinstance(start, int) or [r.get("round") for r in rows] != list(range(start)) \

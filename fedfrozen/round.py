@@ -9,7 +9,7 @@
     row = rnd.close(plan, train_loss, joined)                  # server step, measurements, evaluation
 
 `Round` is the server's side (what Flower's strategy runs too); `LocalTraining` the clients' side in this
-process (the Flower ClientApp trains its one client with `fedfrozen.local.train`). The hooks are the
+process (the Flower ClientApp trains its one client with it too, on a replica of the method). The hooks are the
 method's (fedfrozen.methods.base, whose docstring gives their order).
 """
 
@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from . import batched, local, qkv
 from .rng import seed_for
 
-__all__ = ["Plan", "ClientWork", "Round", "LocalTraining", "evaluate_round", "round_metrics", "lr_at"]
+__all__ = ["Plan", "ClientWork", "Round", "LocalTraining", "exchanged_bytes", "evaluate_round", "round_metrics",
+           "lr_at"]
 
 _EPS = 1e-12
 
@@ -47,6 +48,7 @@ class Plan:
     client_sq: dict = field(default_factory=dict)  # group -> sum_i p_i ||D_i,g||^2 (drift), filled by fold
     bytes_down: int = 0
     bytes_up: int = 0
+    masks: dict | None = None  # cid -> the client's mask as the server sent it (a Flower client); None: client_mask
 
     @property
     def stage(self) -> int:
@@ -188,7 +190,7 @@ class LocalTraining:
         s, method, opt = self.s, self.method, self.opt
         s.flat.data.copy_(x)
         opt.reset()  # a fresh local optimiser state per client per round
-        cmask = method.client_mask(plan.r, cid)
+        cmask = method.client_mask(plan.r, cid) if plan.masks is None else plan.masks.get(cid)
         opt.mask = cmask
         trains = plan.mask if cmask is None else cmask * plan.mask
         method.init_client(plan.r, cid, None if self.use_batched else opt, trains)
@@ -235,10 +237,16 @@ class LocalTraining:
 
     def after(self, plan: Plan, c: ClientWork, delta: torch.Tensor) -> tuple[int, int]:
         """The hooks after client `c` was folded: its state from the update, and its (down, up) bytes."""
-        method = self.method
-        method.after_client(plan.r, c.cid, delta, c.steps, plan.lr, c.trains)
-        payload = plan.trainable_bytes if c.mask is None else int(c.trains.count_nonzero()) * self.s.flat.element_size
-        return method.client_bytes(plan.r, c.cid, payload, plan.trainable_bytes)
+        self.method.after_client(plan.r, c.cid, delta, c.steps, plan.lr, c.trains)
+        return exchanged_bytes(self.s, self.method, plan, c.cid, c.mask)
+
+
+def exchanged_bytes(s, method, plan: Plan, cid: int, mask) -> tuple[int, int]:
+    """Client `cid`'s (down, up) bytes this round by the method's count (client_bytes): `payload` is what it trains
+    (its mask within the stage's groups), `trainable` every trainable group. The loop and the Flower server both
+    count this way (Flower's rows add what its records weighed as the *_wire columns)."""
+    payload = plan.trainable_bytes if mask is None else int((mask * plan.mask).count_nonzero()) * s.flat.element_size
+    return method.client_bytes(plan.r, cid, payload, plan.trainable_bytes)
 
 
 def round_metrics(flat, acc, client_sq: dict, frozen, kernels, prev_kernels) -> dict:

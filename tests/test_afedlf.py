@@ -17,7 +17,7 @@ def _rows(hist):
 
 
 def test_every_client_at_depth_zero_is_fedavg():
-    a = ff.run(tiny_config(**{**CFG, "afedlf_max_depth": 0}), progress=False)
+    a = ff.run(tiny_config(**CFG, method_args={"max_depth": 0}), progress=False)
     assert all(set(r["depths"].values()) == {0} and r["cache_hits"] == 0 for r in a.rows)
     b = ff.run(tiny_config(**{**CFG, "method": "fedavg"}), progress=False)
     assert _rows(a) == _rows(b)
@@ -77,5 +77,5 @@ def test_profiles_depths_and_clock_are_seeded_and_resume_exactly(tmp_path):
 
 
 def test_bad_depth_is_named():
-    with pytest.raises(ValueError, match="afedlf_max_depth"):
-        tiny_config(**{**CFG, "afedlf_max_depth": -1})
+    with pytest.raises(ValueError, match=r"method_args\['max_depth'\] of method 'afedlf' must be >= 0"):
+        tiny_config(**CFG, method_args={"max_depth": -1})

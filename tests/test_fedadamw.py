@@ -14,7 +14,7 @@ def rows(hist):
 
 
 def test_without_pull_and_server_moments_it_is_local_adamw_which_is_fedavg():
-    plain = ff.run(tiny_config(method="fedadamw", fedadamw_gamma=0.0, fedadamw_server_moments=False), progress=False)
+    plain = ff.run(tiny_config(method="fedadamw", method_args={"gamma": 0.0, "server_moments": False}), progress=False)
     local = ff.run(tiny_config(method="local_adamw"), progress=False)
     assert rows(plain) == rows(local) == rows(ff.run(tiny_config(method="fedavg"), progress=False))
 
@@ -58,8 +58,8 @@ def test_resume_equals_uninterrupted(tmp_path):
 
 
 def test_bad_input_and_engine():
-    with pytest.raises(ValueError, match="fedadamw_gamma"):
-        tiny_config(method="fedadamw", fedadamw_gamma=1.0)
+    with pytest.raises(ValueError, match=r"method_args\['gamma'\] of method 'fedadamw' must be >= 0 and < 1"):
+        tiny_config(method="fedadamw", method_args={"gamma": 1.0})
     with pytest.raises(ValueError, match="optimizer must be 'adamw'"):
         ff.run(tiny_config(method="fedadamw", optimizer="sgd"), progress=False)
     with pytest.raises(ValueError, match="fedadamw.*engine='sequential'"):

@@ -55,8 +55,8 @@ def test_fedact_trust_scales_agreeing_coordinates_up():
 def test_fedact_with_trust_one_is_fedadamw_corrected_adamw(setups):
     """tau_min = 1 makes trust == 1: FedACT at lr eta, decay lam, alpha == FedAdamW at lr eta/(1-g), decay lam(1-g), g = alpha."""
     g = 0.5
-    ff.run(tiny_config(**BASE, method="fedact", fedact_tau_min=1.0, fedact_alpha=g, weight_decay=0.01), progress=False)
-    ff.run(tiny_config(**{**BASE, "lr": BASE["lr"] / (1 - g)}, method="fedadamw", fedadamw_gamma=g,
+    ff.run(tiny_config(**BASE, method="fedact", method_args={"tau_min": 1.0, "alpha": g}, weight_decay=0.01), progress=False)
+    ff.run(tiny_config(**{**BASE, "lr": BASE["lr"] / (1 - g)}, method="fedadamw", method_args={"gamma": g},
                        weight_decay=0.01 * (1 - g)), progress=False)
     a, b = setups[-2].flat.data, setups[-1].flat.data
     close = ((a - b).abs() < 1e-5).float().mean().item()
@@ -111,12 +111,12 @@ def test_resume_equals_uninterrupted(method, tmp_path):
 
 
 def test_bad_input_and_engine():
-    with pytest.raises(ValueError, match="fedact_tau_min"):
-        tiny_config(method="fedact", fedact_tau_min=0.0)
-    with pytest.raises(ValueError, match="fedact_tau_min"):
-        tiny_config(method="fedact", fedact_tau_min=1.5)
-    with pytest.raises(ValueError, match="fedact_alpha"):
-        tiny_config(method="fedact", fedact_alpha=-1.0)
+    with pytest.raises(ValueError, match=r"method_args\['tau_min'\] of method 'fedact' must be > 0 and <= 1"):
+        tiny_config(method="fedact", method_args={"tau_min": 0.0})
+    with pytest.raises(ValueError, match=r"method_args\['tau_min'\]"):
+        tiny_config(method="fedact", method_args={"tau_min": 1.5})
+    with pytest.raises(ValueError, match=r"method_args\['alpha'\] of method 'fedact' must be >= 0"):
+        tiny_config(method="fedact", method_args={"alpha": -1.0})
     for method in ("fedact", "fedlada"):
         with pytest.raises(ValueError, match=f"{method}.*engine='sequential'"):
             ff.run(tiny_config(method=method, engine="batched"), progress=False)

@@ -13,7 +13,7 @@ BASE = dict(n_clients=6, rounds=3, optimizer="sgd", lr=0.05)
 
 def test_full_rank_without_adapters_is_fedavg(setups):
     ff.run(tiny_config(**BASE, method="fedavg"), progress=False)
-    ff.run(tiny_config(**BASE, method="fedslm", fedslm_ranks=(16,)), progress=False)
+    ff.run(tiny_config(**BASE, method="fedslm", method_args={"ranks": (16,)}), progress=False)
     a, b = setups[-2].flat.data, setups[-1].flat.data
     assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
 
@@ -27,7 +27,7 @@ def _method(**kw):
 
 
 def test_clients_start_from_their_groups_truncation_and_keep_its_rank():
-    cfg, s, m = _method(fedslm_ranks=(2, 4, 8))
+    cfg, s, m = _method(method_args={"ranks": (2, 4, 8)})
     assert sorted(m.group.tolist()) == [0, 0, 1, 1, 2, 2]      # round-robin over a seeded permutation
     x = s.flat.data.clone()
     m.begin_round(0, list(range(6)))
@@ -50,7 +50,7 @@ def test_clients_start_from_their_groups_truncation_and_keep_its_rank():
 
 
 def test_adapters_add_a_rank_a_change_to_the_fixed_base():
-    cfg, s, m = _method(fedslm_ranks=(4,), fedslm_adapter_rank=2)
+    cfg, s, m = _method(method_args={"ranks": (4,), "adapter_rank": 2})
     x = s.flat.data.clone()
     m.begin_round(0, [0])
     m.init_client(0, 0, None, torch.ones_like(x))
@@ -65,7 +65,7 @@ def test_adapters_add_a_rank_a_change_to_the_fixed_base():
 
 
 def test_bytes_per_group_and_against_fedavg():
-    cfg = tiny_config(**BASE, method="fedslm", fedslm_ranks=(2, 8), participation="full")
+    cfg = tiny_config(**BASE, method="fedslm", method_args={"ranks": (2, 8)}, participation="full")
     hist = ff.run(cfg, progress=False)
     avg = ff.run(cfg.replace(method="fedavg"), progress=False)
     held = hist.rows[-1]["client_bytes_by_group"]
@@ -76,7 +76,7 @@ def test_bytes_per_group_and_against_fedavg():
     assert held == [other + 4 * sum(min(r * (m + n), m * n) for _, _, m, n in layers) for r in (2, 8)]
     assert held[0] < held[1] < s.flat.numel * 4
     # at rank >= mn/(m+n) a layer is held dense: full rank costs what FedAvg's model costs
-    m = ff.methods.build(cfg.replace(fedslm_ranks=(16,)))
+    m = ff.methods.build(cfg.replace(method_args={"ranks": (16,)}))
     m.setup(s)
     assert m.held_bytes(0) == s.flat.numel * 4
     assert hist.rows[0]["bytes_up"] == 3 * held[0] + 3 * held[1]   # 3 clients per group, no adapters
@@ -84,22 +84,22 @@ def test_bytes_per_group_and_against_fedavg():
 
 
 def test_bad_ranks_are_named_before_training():
-    with pytest.raises(ValueError, match="fedslm_ranks must be increasing"):
-        tiny_config(method="fedslm", fedslm_ranks=(8, 4))
-    with pytest.raises(ValueError, match="fedslm_ranks must be increasing"):
-        tiny_config(method="fedslm", fedslm_ranks=(4, 4))
-    with pytest.raises(ValueError, match="fedslm_ranks must be integers"):
-        tiny_config(method="fedslm", fedslm_ranks=(0, 4))
+    with pytest.raises(ValueError, match=r"method_args\['ranks'\] of 'fedslm' must be increasing"):
+        tiny_config(method="fedslm", method_args={"ranks": (8, 4)})
+    with pytest.raises(ValueError, match=r"method_args\['ranks'\] of 'fedslm' must be increasing"):
+        tiny_config(method="fedslm", method_args={"ranks": (4, 4)})
+    with pytest.raises(ValueError, match=r"method_args\['ranks'\] of method 'fedslm' must be >= 1 \(each\)"):
+        tiny_config(method="fedslm", method_args={"ranks": (0, 4)})
     with pytest.raises(ValueError, match="exceeds the smallest linear layer"):
-        ff.run(tiny_config(method="fedslm", fedslm_ranks=(4, 17)), progress=False)
-    with pytest.raises(ValueError, match="fedslm_adapter_rank"):
-        tiny_config(method="fedslm", fedslm_adapter_rank=-1)
+        ff.run(tiny_config(method="fedslm", method_args={"ranks": (4, 17)}), progress=False)
+    with pytest.raises(ValueError, match=r"method_args\['adapter_rank'\] of method 'fedslm' must be >= 0"):
+        tiny_config(method="fedslm", method_args={"adapter_rank": -1})
     with pytest.raises(ValueError, match="fedslm.*engine='sequential'"):
         ff.run(tiny_config(method="fedslm", engine="batched"), progress=False)
 
 
 def test_resume_equals_uninterrupted(tmp_path):
-    cfg = tiny_config(**{**BASE, "rounds": 4}, method="fedslm", fedslm_ranks=(4, 8), fedslm_adapter_rank=2)
+    cfg = tiny_config(**{**BASE, "rounds": 4}, method="fedslm", method_args={"ranks": (4, 8), "adapter_rank": 2})
     assert resumed(cfg, tmp_path).same_as(ff.run(cfg, progress=False))
 
 

@@ -20,7 +20,7 @@ def _rows_without(hist, key):
 
 
 def test_fedtlu_with_every_layer_is_fedavg():
-    tlu = ff.run(tiny_config(method="fedtlu", tlu_k=N_LAYERS, rounds=4), progress=False)
+    tlu = ff.run(tiny_config(method="fedtlu", method_args={"k": N_LAYERS}, rounds=4), progress=False)
     avg = ff.run(tiny_config(method="fedavg", rounds=4), progress=False)
     assert _rows_without(tlu, "trained_layers") == _rows_without(avg, "trained_layers")
     assert all(r["trained_layers"] == list(range(N_LAYERS)) for r in tlu.rows)
@@ -28,7 +28,7 @@ def test_fedtlu_with_every_layer_is_fedavg():
 
 def test_only_the_selected_layers_move_and_upload(setups):
     snaps = []
-    hist = ff.run(tiny_config(method="fedtlu", tlu_k=1, rounds=4),
+    hist = ff.run(tiny_config(method="fedtlu", method_args={"k": 1}, rounds=4),
                   callbacks=[lambda r, row, h: snaps.append(setups[-1].flat.data.clone())], progress=False)
     s = setups[-1]
     layer, n = layer_of_parameters(s.model, s.flat)
@@ -45,7 +45,7 @@ def test_only_the_selected_layers_move_and_upload(setups):
 
 
 def test_scores_are_the_signal_to_noise_of_the_aggregated_update(tmp_path):
-    cfg = tiny_config(method="fedtlu", tlu_k=2, rounds=2)
+    cfg = tiny_config(method="fedtlu", method_args={"k": 2}, rounds=2)
     ckpt = tmp_path / "c.pt"
     seen = []
     ff.run(cfg, callbacks=[lambda r, row, h: seen.append(1) or r == 0], checkpoint=ckpt, progress=False)
@@ -63,23 +63,23 @@ def test_scores_are_the_signal_to_noise_of_the_aggregated_update(tmp_path):
 
 @pytest.mark.parametrize("method", ["fedtlu", "fedfrozen_tlu"])
 def test_fedtlu_resume_equals_uninterrupted(tmp_path, method):
-    cfg = tiny_config(method=method, tlu_k=2, rounds=5, warmup_rounds=2)
+    cfg = tiny_config(method=method, method_args={"k": 2}, rounds=5, warmup_rounds=2)
     full = ff.run(cfg, progress=False)
     ff.run(cfg, callbacks=[lambda r, row, h: r == 2], checkpoint=tmp_path / "c.pt", progress=False)
     assert ff.run(cfg, resume_from=tmp_path / "c.pt", progress=False).same_as(full)
 
 
 def test_fedfrozen_tlu_freezes_qk_and_selects_layers(setups):
-    hist = ff.run(tiny_config(method="fedfrozen_tlu", tlu_k=2, rounds=4, warmup_rounds=2), progress=False)
+    hist = ff.run(tiny_config(method="fedfrozen_tlu", method_args={"k": 2}, rounds=4, warmup_rounds=2), progress=False)
     assert [r["stage"] for r in hist.rows] == [1, 1, 2, 2] and all(len(r["trained_layers"]) == 2 for r in hist.rows[1:])
     assert hist.rows[3]["kernel_change"] == 0.0
 
 
 def test_bad_k_and_models_without_blocks_are_named_before_training():
-    with pytest.raises(ValueError, match="tlu_k"):
-        tiny_config(method="fedtlu", tlu_k=0)
-    with pytest.raises(ValueError, match="tlu_k must be between 1 and the model's 4 layers"):
-        ff.run(tiny_config(method="fedtlu", tlu_k=5), progress=False)
+    with pytest.raises(ValueError, match=r"method_args\['k'\] of method 'fedtlu' must be >= 1"):
+        tiny_config(method="fedtlu", method_args={"k": 0})
+    with pytest.raises(ValueError, match="method_args\\['k'\\] of 'fedtlu' must be between 1 and the model's 4 layers"):
+        ff.run(tiny_config(method="fedtlu", method_args={"k": 5}), progress=False)
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
     with pytest.raises(ValueError, match="numbered transformer blocks"):
         layer_of_parameters(model, FlatParams(model))

@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,19 +144,20 @@ def test_flower_simulation_equals_the_loop(method, tmp_path):
 
 
 def test_partial_participation_by_partition_id(tmp_path):
-    """2 of 4 clients per round, sampled by the method from the seed: the loop's clients, accuracy and upload;
-    downloads too once the server knows which node holds which partition (after round 0)."""
+    """2 of 4 clients per round, sampled by the method from the seed: the loop's clients, accuracy and bytes (the
+    method's count); on the wire, round 0 sends the model to every node (which node holds which partition is
+    known only from the replies), later rounds only to the sampled ones."""
     cfg = tiny_config(method="fedfrozen", n_clients=4, clients_per_round=2, rounds=3, warmup_rounds=1)
     hf, hl = flower_history(cfg, tmp_path), ff.run(cfg, progress=False)
     assert [r["test_acc"] for r in hf.rows] == pytest.approx([r["test_acc"] for r in hl.rows], abs=1e-6)
-    assert [r["bytes_up"] for r in hf.rows] == [r["bytes_up"] for r in hl.rows]
-    assert [r["bytes_down"] for r in hf.rows[1:]] == [r["bytes_down"] for r in hl.rows[1:]]
-    assert hf.rows[0]["bytes_down"] == 2 * hl.rows[0]["bytes_down"]  # round 0: every node gets the model
+    assert [(r["bytes_up"], r["bytes_down"]) for r in hf.rows] == [(r["bytes_up"], r["bytes_down"]) for r in hl.rows]
+    wire = [r["bytes_down_wire"] for r in hf.rows]
+    assert wire[0] > 2 * hl.rows[0]["bytes_down"] and wire[0] > wire[2] > 0
 
 
 def test_stale_update_methods_run_on_flower(tmp_path):
     """FedSteer keeps its caches on the server only: under partial participation Flower equals the loop."""
-    cfg = tiny_config(method="fedsteer", n_clients=4, clients_per_round=2, rounds=4, fedsteer_core=2)
+    cfg = tiny_config(method="fedsteer", n_clients=4, clients_per_round=2, rounds=4, method_args={"core": 2})
     hf, hl = flower_history(cfg, tmp_path), ff.run(cfg, progress=False)
     assert [r["test_acc"] for r in hf.rows] == pytest.approx([r["test_acc"] for r in hl.rows], abs=1e-6)
     assert [r["server_cache_bytes"] for r in hf.rows] == [r["server_cache_bytes"] for r in hl.rows]
@@ -173,18 +175,80 @@ def test_a_failing_client_does_not_stop_the_run(tmp_path):
 
 
 def test_unsupported_methods_are_named_before_any_node_starts(tmp_path):
-    with pytest.raises(ValueError, match="scaffold.*not supported on Flower.*control variates"):
-        fl.simulate(tiny_config(method="scaffold"), tmp_path / "h.json")
-    with pytest.raises(ValueError, match="local objective 'feddyn'"):
-        fl.check_supported(tiny_config(method="fedavg", local_objective="feddyn", server_opt="feddyn"))
-    # methods whose client-side hooks the Flower client would skip are refused, not run as FedAvg
-    for method in ("fedadamw", "fedlada", "fedact", "fedslm"):
+    with pytest.raises(ValueError, match="fedadamw.*not supported on Flower.*init_client, after_client.*split"):
+        fl.simulate(tiny_config(method="fedadamw"), tmp_path / "h.json")
+    # methods whose client-side hooks need state the split hooks do not carry are refused, not run as FedAvg
+    for method in ("fedlada", "fedact", "fedslm"):
         with pytest.raises(ValueError, match=f"{method}.*client-side hook"):
-            fl.check_supported(tiny_config(method=method, fedslm_ranks=(4,)))
-    with pytest.raises(ValueError, match="progressive"):
-        fl.check_supported(tiny_config(method="fedfrozen_plateau", freeze_schedule="progressive"))
-    fl.check_supported(tiny_config(method="fedsteer"))   # server-side hooks only
+            fl.check_supported(tiny_config(method=method, method_args={"ranks": (4,)} if method == "fedslm" else {}))
+    for method, why in (("afedlf", "prefix activation caches"), ("head_pruning", "confidences measured")):
+        with pytest.raises(ValueError, match=why):
+            fl.check_supported(tiny_config(method=method))
+    for ok in ("fedsteer", "scaffold", "feddyn", "fedtlu"):
+        fl.check_supported(tiny_config(method=ok))
+    fl.check_supported(tiny_config(method="fedfrozen_plateau", freeze_schedule="progressive"))
     assert not (tmp_path / "h.json").exists()
+
+
+# every registered method, 3 rounds, 2 of 3 clients a round, a stage switch after round 0: on one Flower simulation
+# (one runtime start for all) and through fedfrozen.run
+EVERY = dict(n_clients=3, clients_per_round=2, rounds=3, warmup_rounds=1)
+SETTINGS = {"fedsteer": {"core": 2}, "fedtlu": {"k": 2}, "fedfrozen_tlu": {"k": 2}}
+
+
+def test_every_method_on_flower_equals_the_loop_or_says_why_not(tmp_path):
+    runs, refused = [], {}
+    for name in ff.methods.names():
+        cfg = tiny_config(method=name, method_args=SETTINGS.get(name, {}), **EVERY)
+        reason = ff.methods.build(cfg).cannot_run("flower")
+        if reason:
+            with pytest.raises(ValueError, match="not supported on Flower: " + re.escape(reason)):
+                fl.check_supported(cfg)
+            refused[name] = reason
+        else:
+            runs.append((cfg, tmp_path / f"{name}.json"))
+    # the ones refused, each with its reason; everything else runs
+    assert set(refused) == {"fedadamw", "fedlada", "fedact", "fedslm", "afedlf", "head_pruning"}, refused
+    fl.simulate_many(runs)
+    for cfg, out in runs:
+        hf, hl = ff.History.load(out), ff.run(cfg, progress=False)
+        assert [r["stage"] for r in hf.rows] == [r["stage"] for r in hl.rows], cfg.method
+        assert [r["test_acc"] for r in hf.rows] == pytest.approx([r["test_acc"] for r in hl.rows], abs=1e-6), cfg.method
+        assert [r["clients"] for r in hf.rows] == [r["clients"] for r in hl.rows], cfg.method
+        assert [(r["bytes_down"], r["bytes_up"]) for r in hf.rows] == [(r["bytes_down"], r["bytes_up"])
+                                                                      for r in hl.rows], cfg.method
+    assert leftover_processes() == []
+
+
+def test_client_state_lives_in_the_nodes_context_and_a_stage_switch_drops_it():
+    """SCAFFOLD's c_i: the ClientApp keeps what Method.client_state returns in the node's Context.state, tagged with
+    the run's config and stage; the next round of the same stage starts from it, another stage or run from zero."""
+    import torch
+    from flwr.app import Context, RecordDict
+
+    from fedfrozen.flower import client
+
+    cfg = tiny_config(method="scaffold", n_clients=3, rounds=3)
+    s = client._setup(cfg)
+    state = {k: v.detach().clone() for k, v in s.model.state_dict().items()}
+    context = Context(run_id=1, node_id=1, node_config={"partition-id": 1, "num-partitions": 3}, state=RecordDict(),
+                      run_config={})
+    sent = {"c": torch.zeros(s.flat.numel)}
+
+    def one_round(r, frozen=()):
+        conf = {"frozen": ",".join(frozen), "lr": cfg.lr, "value-l2": 0.0, "proximal-mu": 0.0, "sampled": [0, 1, 2]}
+        _, _, up, keep = client.train_client(cfg, 1, r, state, conf, sent, client.kept_state(context, cfg, frozen))
+        client.keep_state(context, cfg, frozen, keep)
+        return up["dc"], keep["c_i"]
+
+    dc, c_i = one_round(0)
+    assert c_i.abs().sum() > 0 and torch.equal(dc, c_i)  # from zero: c_i+ - c_i = c_i+
+    dc, c_i = one_round(1)
+    assert not torch.equal(dc, c_i)  # the same stage: it started from its kept c_i
+    assert client.kept_state(context, cfg, ("qk",)) == {}  # a stage switch drops it
+    assert client.kept_state(context, cfg.replace(seed=1), ()) == {}  # so does another run
+    dc, c_i = one_round(2, frozen=("qk",))
+    assert torch.equal(dc, c_i)
 
 
 def test_run_config_keys_map_to_config_fields():

@@ -12,7 +12,7 @@ from fedfrozen.methods.head_pruning import HeadPruning, head_index
 
 
 def test_sparsity_zero_with_uniform_confidence_is_fedavg(setups):
-    kw = dict(rounds=3, head_sparsity=0.0, head_weighting="uniform")
+    kw = dict(rounds=3, method_args={"sparsity": 0.0, "weighting": "uniform"})
     hp = ff.run(tiny_config(method="head_pruning", **kw), progress=False)
     x_hp = setups[-1].flat.data.clone()
     avg = ff.run(tiny_config(method="fedavg", rounds=3), progress=False)
@@ -33,9 +33,9 @@ class Recording(HeadPruning):
 def test_pruned_head_slices_stay_bit_identical_on_the_clients_that_pruned_them():
     built = []
     ff.methods.register("rec_heads", lambda cfg, **kw: built.append(Recording(cfg, **kw)) or built[-1],
-                        summary="head pruning, recording updates")
+                        summary="head pruning, recording updates", settings=HeadPruning.Settings)
     try:
-        ff.run(tiny_config(method="rec_heads", rounds=2, head_sparsity=0.5, weight_decay=0.1), progress=False)
+        ff.run(tiny_config(method="rec_heads", rounds=2, method_args={"sparsity": 0.5}, weight_decay=0.1), progress=False)
     finally:
         ff.methods.unregister("rec_heads")
     m = built[-1]
@@ -50,7 +50,7 @@ def test_pruned_head_slices_stay_bit_identical_on_the_clients_that_pruned_them()
 
 
 def test_per_head_aggregation_with_one_client_per_head_returns_that_clients_head():
-    cfg = tiny_config(method="head_pruning", head_sparsity=0.5, model_kwargs=dict(embed_dim=16, depth=1, num_heads=2))
+    cfg = tiny_config(method="head_pruning", method_args={"sparsity": 0.5}, model_kwargs=dict(embed_dim=16, depth=1, num_heads=2))
     s = loop.prepare(cfg)
     m = ff.methods.build(cfg)
     m.setup(s)
@@ -94,8 +94,8 @@ def test_selection_is_seeded_and_prefers_unseen_then_important_clients(tmp_path)
 
 def test_bad_sparsity_and_models_without_heads_are_named():
     for bad in (1.0, -0.1):
-        with pytest.raises(ValueError, match="head_sparsity"):
-            tiny_config(method="head_pruning", head_sparsity=bad)
+        with pytest.raises(ValueError, match=r"method_args\['sparsity'\] of method 'head_pruning'"):
+            tiny_config(method="head_pruning", method_args={"sparsity": bad})
     model = nn.Sequential(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="attention heads"):
         head_index(model, FlatParams(model))

@@ -113,7 +113,9 @@ def test_dry_run_executes_every_paper_config_of_every_notebook():
     # 08 trains through Flower's runtime, not through run_or_load, and keeps digits at every profile: nbval runs it
     # (smoke) and tests/test_flower.py its launches; leaving it out here saves CI a Flower start (~40 s)
     books = [nb for nb in ff.io.notebooks() if not nb.name.startswith("08")]
-    rows = dry_run("paper", tiny=True, only=",".join(nb.name[:2] for nb in books), progress=lambda line: None)
+    # two at a time: the kernels are single-threaded, the machine has two cores (the projection is not checked here)
+    rows = dry_run("paper", tiny=True, only=",".join(nb.name[:2] for nb in books), progress=lambda line: None,
+                   workers=2)
     failed = [(r["notebook"], r["error"]) for r in rows if r["status"] != "ok"]
     assert not failed, failed
     names = {r["notebook"].split(" ")[0][:2] for r in rows}
@@ -121,3 +123,11 @@ def test_dry_run_executes_every_paper_config_of_every_notebook():
     assert names == expected and {"00", "03", "07"} <= names
     # 02 trains nothing
     assert all(r["configs"] > 0 for r in rows if not r["notebook"].startswith("02"))
+
+
+def test_dry_run_refuses_bad_workers_before_any_work():
+    from fedfrozen.dryrun import dry_run
+
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+            dry_run("paper", tiny=True, workers=bad)

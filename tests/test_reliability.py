@@ -55,7 +55,7 @@ def test_one_run_has_one_key():
     assert key(ff.Config(lr=1)) == key(ff.Config(lr=1.0))
     assert key(ff.Config(n_clients=20, clients_per_round=20)) == key(ff.Config(n_clients=20))
     assert ff.Config(freeze="qk").freeze == ("qk",) == ff.Config(freeze=["qk"]).freeze
-    assert ff.Config(fedslm_ranks=[4, 8]).fedslm_ranks == (4, 8)
+    assert ff.Config(method="fedslm", method_args={"ranks": [4, 8]}).method_args == {"ranks": (4, 8)}
 
 
 def test_values_that_change_the_run_silently_are_said_or_refused():
@@ -280,9 +280,10 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 
 def test_every_config_field_has_a_flag_tuples_included():
     parser = cli.build_parser()
-    args = parser.parse_args(["run", "--fedslm-ranks", "4", "8", "--freeze", "qk", "v", "--lr", "0.1"])
+    args = parser.parse_args(["run", "--method", "fedslm", "--fedslm-ranks", "4", "8", "--freeze", "qk", "v",
+                              "--lr", "0.1"])
     cfg = cli.config_from_args(args)
-    assert cfg.fedslm_ranks == (4, 8) and cfg.freeze == ("qk", "v") and cfg.lr == 0.1
+    assert cfg.method_args == {"ranks": (4, 8)} and cfg.freeze == ("qk", "v") and cfg.lr == 0.1
     run = parser._subparsers._group_actions[0].choices["run"]
     flags = {o for a in run._actions for o in a.option_strings}
     assert all("--" + f.name.replace("_", "-") in flags for f in dataclasses.fields(ff.Config))

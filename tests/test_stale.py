@@ -12,20 +12,25 @@ from fedfrozen.methods.base import participation_probabilities
 
 STALE = ("mifa", "fedvarp", "fedsteer")
 # Dirichlet alpha 0.3 over 6 clients: unequal sizes, so data shares differ from 1/N
-SGD = dict(n_clients=6, alpha=0.3, rounds=3, optimizer="sgd", lr=0.05, fedsteer_core=3)
+SGD = dict(n_clients=6, alpha=0.3, rounds=3, optimizer="sgd", lr=0.05)
+
+
+def core(method, k, **more):
+    """FedSteer's settings (its core set of k clients); the other methods have none."""
+    return {"method_args": {"core": k, **more}} if method == "fedsteer" else {}
 
 
 @pytest.mark.parametrize("method", STALE)
 def test_full_participation_equals_fedavg(method, setups):
     """Every client active every round: the corrections cancel and the step is FedAvg's."""
     ff.run(tiny_config(**SGD, participation="full", method="fedavg"), progress=False)
-    ff.run(tiny_config(**SGD, participation="full", method=method), progress=False)
+    ff.run(tiny_config(**SGD, participation="full", method=method, **core(method, 3)), progress=False)
     a, b = setups[-2].flat.data, setups[-1].flat.data
     assert torch.allclose(a, b, atol=1e-6, rtol=0), (a - b).abs().max()
 
 
-def _method(name, n=4, **kw):
-    cfg = tiny_config(method=name, n_clients=n, clients_per_round=2, fedsteer_core=2, **kw)
+def _method(name, n=4, settings=None, **kw):
+    cfg = tiny_config(method=name, n_clients=n, clients_per_round=2, **core(name, 2, **(settings or {})), **kw)
     s = loop.prepare(cfg)
     m = build(cfg)
     m.setup(s)
@@ -75,7 +80,7 @@ def test_mifa_and_fedvarp_steps_in_closed_form():
 def test_fedsteer_step_in_closed_form():
     """FedSteer's step recomputed from its definition: Q = [H_j / K]_{j in core}, ridge coordinates for the
     active clients, the last ones kept for the others, x += sum_A (d/p)(u - Q s) + sum_i d Q s."""
-    cfg, s, m = _method("fedsteer", fedsteer_select_rounds=0)  # a fixed (seeded) core set
+    cfg, s, m = _method("fedsteer", settings={"select_rounds": 0})  # a fixed (seeded) core set
     d, p = _shares(s), torch.as_tensor(participation_probabilities(cfg), dtype=torch.float32)
     gen = torch.Generator().manual_seed(1)
     numel = s.flat.numel
@@ -118,7 +123,7 @@ def test_partial_participation_reuses_the_cache_and_reports_its_memory():
     for r in hist.rows:
         seen |= set(r["clients"])
         assert r["cached_clients"] == len(seen)
-    steer = ff.run(cfg.replace(method="fedsteer", fedsteer_core=3), progress=False)
+    steer = ff.run(cfg.replace(method="fedsteer", method_args={"core": 3}), progress=False)
     assert all(r["server_cache_bytes"] == 6 * numel * 4 + 6 * 3 * 4 for r in steer.rows)
     assert all(len(r["core_set"]) == 3 for r in steer.rows)
 
@@ -126,12 +131,12 @@ def test_partial_participation_reuses_the_cache_and_reports_its_memory():
 @pytest.mark.parametrize("method", ["fedsteer", "fedvarp"])
 def test_resume_equals_uninterrupted(method, tmp_path):
     cfg = tiny_config(method=method, n_clients=10, rounds=6, participation="skewed", participation_rate=0.3,
-                      participation_skew=1.0, fedsteer_core=3)
+                      participation_skew=1.0, **core(method, 3))
     assert resumed(cfg, tmp_path, stop_after=2).same_as(ff.run(cfg, progress=False))
 
 
 def test_batched_engine_runs_them():
-    cfg = tiny_config(**{**SGD, "rounds": 2}, method="fedsteer", clients_per_round=3)
+    cfg = tiny_config(**{**SGD, "rounds": 2}, method="fedsteer", clients_per_round=3, **core("fedsteer", 3))
     a = ff.run(cfg, progress=False)
     b = ff.run(cfg.replace(engine="batched"), progress=False)
     for ra, rb in zip(a.rows, b.rows, strict=True):
@@ -139,12 +144,12 @@ def test_batched_engine_runs_them():
 
 
 def test_bad_input_is_named_before_training():
-    with pytest.raises(ValueError, match=r"fedsteer_core \(7\) must not exceed n_clients \(6\)"):
-        tiny_config(method="fedsteer", n_clients=6, fedsteer_core=7)
-    with pytest.raises(ValueError, match="fedsteer_lambda"):
-        tiny_config(method="fedsteer", fedsteer_lambda=0.0)
-    with pytest.raises(ValueError, match="fedsteer_core"):
-        tiny_config(method="fedsteer", fedsteer_core=0)
+    with pytest.raises(ValueError, match=r"method_args\['core'\] \(7\) must not exceed n_clients \(6\)"):
+        tiny_config(method="fedsteer", n_clients=6, method_args={"core": 7})
+    with pytest.raises(ValueError, match=r"method_args\['lambda'\] of method 'fedsteer' must be > 0"):
+        tiny_config(method="fedsteer", method_args={"lambda": 0.0})
+    with pytest.raises(ValueError, match=r"method_args\['core'\] of method 'fedsteer' must be >= 1"):
+        tiny_config(method="fedsteer", method_args={"core": 0})
 
 
 @pytest.mark.parametrize("method", ["mifa", "fedvarp", "fedsteer"])
@@ -152,8 +157,8 @@ def test_drift_metrics_measure_the_plain_mean_of_the_sampled_updates(method):
     """What every method reports: round 0's updates are FedAvg's (same start, same batches), so the drift and
     update-norm columns equal FedAvg's, although the server steps along its own direction (the data shares over
     all N clients; the applied step differs, and so does round 1's model)."""
-    kw = dict(n_clients=4, clients_per_round=2, rounds=2, fedsteer_core=2)
-    hs, ha = ff.run(tiny_config(method=method, **kw), progress=False), ff.run(tiny_config(method="fedavg", **kw), progress=False)
+    kw = dict(n_clients=4, clients_per_round=2, rounds=2)
+    hs, ha = ff.run(tiny_config(method=method, **kw, **core(method, 2)), progress=False), ff.run(tiny_config(method="fedavg", **kw), progress=False)
     cols = [c for c in ha.rows[0] if c.startswith(("drift_", "update_norm_"))]
     assert cols and all(hs.rows[0][c] == pytest.approx(ha.rows[0][c], rel=1e-6) for c in cols if ha.rows[0][c] is not None)
     assert hs.rows[0]["test_acc"] != ha.rows[0]["test_acc"] or hs.rows[1]["test_acc"] != ha.rows[1]["test_acc"]

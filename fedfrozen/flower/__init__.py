@@ -6,16 +6,19 @@
 
 The ClientApp (`fedfrozen.flower.client:app`) trains one client exactly as `fedfrozen.run` trains it: the
 same partition (its `partition-id` from the node config, the partitioner seeded by Config.seed), the same
-batches, seeds and local objective (`fedfrozen.local.train`). The ServerApp (`fedfrozen.flower.server:app`)
-holds the method object of `fedfrozen.methods` and runs its server-side hooks (stage switch, sampling,
-aggregation, server optimiser, adaptive schedules) inside a Flower strategy, and writes the same History as
-the in-process loop. What travels: the Config as JSON, the round's stage, frozen groups, lr, value penalty,
-FedProx's `proximal-mu` and the sampled partition ids in the ConfigRecord; the global arrays down; only the
-trainable arrays up (from T0 the query/key block stays home and the server merges it back).
+batches, seeds and local step (`fedfrozen.round.LocalTraining`), with the method's client-side hooks run on a
+replica of the method. The ServerApp (`fedfrozen.flower.server:app`) holds the method object and runs the same
+round (`fedfrozen.round.Round`: stage switch, sampling, aggregation, server optimiser, adaptive schedules) inside
+a Flower strategy, and writes the same History as the in-process loop. What travels: the Config as JSON, the
+round's frozen groups, lr, value penalty, prox weight and the sampled partition ids in the ConfigRecord; the
+global arrays down (the frozen block once per stage) and the trainable ones up; what the method's split hooks
+carry (`Method.to_client` down, e.g. SCAFFOLD's c or a layer mask; `Method.to_server` up, e.g. c_i+ - c_i).
+What a client keeps across rounds (`Method.client_state`: SCAFFOLD's c_i, FedDyn's h_i) lives in its node's
+Context.state, tagged with the run's config and stage (a stage switch drops it).
 
-Methods with client state kept across rounds (SCAFFOLD's and FedDyn's control variates), per-client masks or
-forward passes (FedTLU, AFedLF, head pruning) are not supported here: `check_supported` names them, with the
-reason `Method.cannot_run("flower")` gives.
+A method whose client-side hooks need state the split hooks do not carry (the FedAdamW family, FedSLM, AFedLF,
+head pruning) is refused before any node starts: `check_supported` gives the reason `Method.cannot_run("flower")`
+gives.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import json
 from ..config import Config
 from ..methods import build
 
-__all__ = ["config_from_run", "check_supported", "RUN_CONFIG_FIELDS", "simulate"]
+__all__ = ["config_from_run", "check_supported", "RUN_CONFIG_FIELDS", "simulate", "simulate_many"]
 
 # run-config key (pyproject [tool.flwr.app.config], `flwr run --run-config`) -> Config field
 RUN_CONFIG_FIELDS = {
@@ -62,15 +65,29 @@ def config_from_run(run_config: dict) -> Config:
 def simulate(cfg: Config, out, *, fail: str = "", verbose: bool = False) -> None:
     """Run `cfg` through Flower's simulation runtime (one SuperNode per client) and write its History to
     `out`. `fail="round:partition,..."` makes those clients raise in those rounds (to test failures)."""
+    simulate_many([(cfg, out)], fail=fail, verbose=verbose)
+
+
+def simulate_many(runs, *, fail: str = "", verbose: bool = False) -> None:
+    """Run each (Config, out) of `runs` in turn on one Flower simulation (one SuperNode per client, one runtime
+    started once), writing each History to its `out`. The configs must agree on n_clients; every one is checked
+    (check_supported) before any node starts. `fail` applies to the first."""
     from flwr.app import Context  # noqa: F401  (a clear ImportError when the extra is missing)
     from flwr.simulation import run_simulation
 
     from .client import app as client_app
     from .server import make_server_app
 
-    check_supported(cfg)
+    runs = [(c, str(o)) for c, o in runs]
+    if not runs:
+        raise ValueError("runs: give at least one (Config, out) pair")
+    for c, _ in runs:
+        check_supported(c)
+    cfg, out = runs[0]
+    if any(c.n_clients != cfg.n_clients for c, _ in runs):
+        raise ValueError(f"runs: every config must have the first's n_clients ({cfg.n_clients}): one node per client")
     try:
-        run_simulation(server_app=make_server_app(cfg, str(out), fail=fail), client_app=client_app,
+        run_simulation(server_app=make_server_app(cfg, out, fail=fail, more=runs[1:]), client_app=client_app,
                        num_supernodes=cfg.n_clients,
                        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
                        verbose_logging=verbose)

@@ -1,22 +1,31 @@
-"""The ClientApp: one client's local training, as fedfrozen.loop trains it."""
+"""The ClientApp: one client's local training, as fedfrozen.loop trains it, with the method's client-side hooks
+on a replica of the method; what the client keeps across rounds lives in the node's Context.state."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
-import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from .. import local, loop, qkv
+from .. import loop, methods, qkv
 from ..config import Config
-from ..rng import seed_for
+from ..round import LocalTraining, Plan
 
-__all__ = ["app", "train_client", "failing"]
+__all__ = ["app", "train_client", "failing", "kept_state", "keep_state"]
 
 app = ClientApp()
 FROZEN_KEY = "fedfrozen-frozen-block"  # Context.state: the frozen arrays of the current stage
+FROZEN_STAGE_KEY = "fedfrozen-frozen-stage"  # Context.state: the run and stage they belong to
+CLIENT_KEY = "fedfrozen-client-state"  # Context.state: what the method's client keeps (Method.client_state)
+STAGE_KEY = "fedfrozen-client-stage"   # Context.state: the stage (frozen groups) that state belongs to
 _SETUP: dict = {}  # the Setup (data, partitions, resident model) of the last config, built once per process
+
+
+def _config_id(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _setup(cfg: Config):
@@ -33,31 +42,39 @@ def failing(spec: str, r: int, cid: int) -> bool:
     return (r, cid) in pairs
 
 
-def train_client(cfg: Config, cid: int, r: int, state: dict, conf) -> tuple[dict, dict]:
-    """Client `cid`'s round r from the global `state` (parameter name -> tensor): (trainable arrays, metrics)."""
+def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | None = None,
+                 kept: dict | None = None) -> tuple[dict, dict, dict, dict]:
+    """Client `cid`'s round r from the global `state` (parameter name -> tensor), as fedfrozen.loop trains it: a
+    replica of the method (same Config) runs the client-side hooks between `sent` (what Method.to_client gave for
+    this client) and `kept` (its client_state of its last round in this stage). Returns (trainable arrays,
+    metrics, what goes to the server (Method.to_server), what the client keeps (Method.client_state))."""
     s = _setup(cfg)
     flat = s.flat
     for name, (a, b) in flat.param_range.items():
         flat.data[a:b].copy_(state[name].reshape(-1))
     x_global = flat.data.clone()
     frozen = tuple(g for g in str(conf["frozen"]).split(",") if g)
-    qkv.unfreeze(s.model, *qkv.GROUPS)
-    if frozen:
-        qkv.freeze(s.model, *frozen)
+    sampled = [int(i) for i in conf["sampled"]]
+    method = methods.build(cfg)  # a fresh replica each round: what it knows comes from `sent` and `kept`
+    method.setup(s)
+    method.from_server(r, cid, sent or {})
+    method.load_client_state(cid, kept or {})
+    method.begin_round(r, sampled)
+    training = LocalTraining(s, method, use_batched=False)
+    training.configure(frozen)
     trainable = [g for g in qkv.GROUPS if g not in frozen]
-    opt = local.make_optimizer(cfg, flat, trainable)
-    opt.lr = float(conf["lr"])
-    seed = seed_for("local_batches", cfg.seed, r, cid)
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    loss_sum, steps = local.train(s, opt, s.client_train[cid], gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
-                                  anchor=x_global, anchor_coeff=float(conf["proximal-mu"]),
-                                  value_l2=float(conf["value-l2"]), value_mode=cfg.value_l2_mode)
+    mask = (sent or {}).get("mask")
+    plan = Plan(r, frozen, float(conf["lr"]), float(conf["value-l2"]), [cid], np.ones(1),
+                float(conf["proximal-mu"]), False, flat.mask(trainable), flat.group_bytes(trainable),
+                masks={cid: None if mask is None else mask.to(flat.data.dtype)})
+    (c,) = training.train(plan, x_global)  # the loop's local step, hooks included
+    delta = flat.data - x_global
+    method.upload(r, cid, delta)
+    method.after_client(r, cid, delta, c.steps, plan.lr, c.trains)
     keep = {name for g in trainable for name in qkv.param_groups(s.model)[g]}
     arrays = {name: p.detach().clone() for name, p in s.model.named_parameters() if name in keep}
-    metrics = {"num-examples": len(s.client_train[cid]), "train-loss": (loss_sum / steps).item(), "steps": steps,
-               "partition-id": cid}
-    return arrays, metrics
+    metrics = {"num-examples": len(s.client_train[cid]), "train-loss": c.loss, "steps": c.steps, "partition-id": cid}
+    return arrays, metrics, dict(method.to_server(r, cid)), dict(method.client_state(cid))
 
 
 @app.train()
@@ -71,18 +88,50 @@ def train(msg: Message, context: Context) -> Message:
     r = int(conf["server-round"]) - 1
     if failing(str(conf.get("fail", "")), r, cid):
         raise RuntimeError(f"client {cid} failed in round {r} (asked to by the run config's `fail`)")
-    if cid not in [int(i) for i in conf["sampled"]]:
-        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": cid})}), reply_to=msg)
-    state = msg.content["arrays"].to_torch_state_dict()
     frozen = [g for g in str(conf["frozen"]).split(",") if g]
-    if frozen:  # the frozen block comes once per stage: keep it in the node's state, take it from there after
+    state = msg.content["arrays"].to_torch_state_dict() if "arrays" in msg.content else None
+    if frozen and state is not None:  # the frozen block comes once per stage (also to a node not sampled in the
+        # round it came: the server counts it delivered): keep it in the node's state, tagged with run and stage
         names = {n for g in frozen for n in qkv.param_groups(_setup(cfg).model)[g]}
         if names <= set(state):
             context.state[FROZEN_KEY] = ArrayRecord(torch_state_dict={n: state[n] for n in names})
-        elif FROZEN_KEY in context.state:
+            context.state[FROZEN_STAGE_KEY] = ConfigRecord({"stage": _stage(cfg, frozen)})
+        elif FROZEN_KEY in context.state and str(context.state[FROZEN_STAGE_KEY]["stage"]) == _stage(cfg, frozen):
             state.update(context.state[FROZEN_KEY].to_torch_state_dict())
         else:
             raise RuntimeError(f"client {cid}: round {r} has frozen groups {frozen} but the node never received them")
-    arrays, metrics = train_client(cfg, cid, r, state, conf)
-    return Message(RecordDict({"arrays": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)}),
-                   reply_to=msg)
+    if cid not in [int(i) for i in conf["sampled"]]:
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": cid})}), reply_to=msg)
+    sent = _tensors(msg.content["method"], cid) if "method" in msg.content else {}
+    arrays, metrics, up, keep = train_client(cfg, cid, r, state, conf, sent, kept_state(context, cfg, frozen))
+    keep_state(context, cfg, frozen, keep)
+    content = {"arrays": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)}
+    if up:
+        content["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in up.items()})
+    return Message(RecordDict(content), reply_to=msg)
+
+
+def kept_state(context: Context, cfg: Config, frozen) -> dict:
+    """What this node's client kept (Method.client_state) in its last round of this run's config and stage; {}
+    after a stage switch (as Method.on_stage_switch drops client state) or in another run."""
+    if CLIENT_KEY in context.state and str(context.state[STAGE_KEY]["stage"]) == _stage(cfg, frozen):
+        return context.state[CLIENT_KEY].to_torch_state_dict()
+    return {}
+
+
+def keep_state(context: Context, cfg: Config, frozen, state: dict) -> None:
+    """Keep `state` in the node's Context.state for the client's next round, tagged with config and stage."""
+    context.state[CLIENT_KEY] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in state.items()})
+    context.state[STAGE_KEY] = ConfigRecord({"stage": _stage(cfg, frozen)})
+
+
+def _stage(cfg: Config, frozen) -> str:
+    return f"{_config_id(cfg)}:{','.join(frozen)}"
+
+
+def _tensors(record: ArrayRecord, cid: int) -> dict:
+    """What the server's Method.to_client gave for client `cid`: its own keys "<cid>/<name>" (the server sends
+    every sampled client's while it does not know which partition a node holds), or plain names."""
+    state = record.to_torch_state_dict()
+    own = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(f"{cid}/")}
+    return own or {k: v for k, v in state.items() if "/" not in k}

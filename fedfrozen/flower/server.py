@@ -14,7 +14,7 @@ from .. import loop, methods, qkv
 from ..config import Config
 from ..history import History
 from ..io import environment
-from ..round import Round
+from ..round import Round, exchanged_bytes
 from . import check_supported, config_from_run
 
 __all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server"]
@@ -69,8 +69,12 @@ class FedFrozenStrategy(FedAvg):
         frozen_names = {n for g in frozen for n in qkv.param_groups(self.s.model)[g]}
         trainable = ArrayRecord(torch_state_dict={k: v for k, v in state.items() if k not in frozen_names})
         full = ArrayRecord(torch_state_dict=state)
-        messages, self.bytes_down, self.bytes_down_wire = [], 0, 0
+        messages, self.bytes_down_wire = [], 0
         sampled = set(self.sampled)
+        # the method's server side: what each sampled client's hooks read (SCAFFOLD's c, a layer mask); the loop
+        # asks client_mask per client too (for the bytes), in the sampled order
+        self.to_client = {cid: self.method.to_client(r, cid) for cid in self.sampled}
+        self.masks = {cid: self.method.client_mask(r, cid) for cid in self.sampled}
         for node in self._nodes(grid):
             part = self.node_partition.get(node)
             if part is not None and part not in sampled:
@@ -80,8 +84,12 @@ class FedFrozenStrategy(FedAvg):
                 if frozen_names:
                     self.received_frozen.add(node)
                 record = RecordDict({"arrays": send, "config": conf})
-                self.bytes_down += _payload(send)
-                self.bytes_down_wire += send.count_bytes()
+                # a node whose partition is known gets its own; one not yet known, every sampled client's
+                tensors = (self.to_client[part] if part is not None else
+                           {f"{cid}/{k}": v for cid, t in self.to_client.items() for k, v in t.items()})
+                if tensors:
+                    record["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in tensors.items()})
+                self.bytes_down_wire += sum(rec.count_bytes() for key, rec in record.items() if key != "config")
             messages.append(Message(content=record, message_type=MessageType.TRAIN, dst_node_id=node))
         return messages
 
@@ -109,26 +117,30 @@ class FedFrozenStrategy(FedAvg):
             cid = int(m["partition-id"])
             self.node_partition[node] = cid
             if int(m["num-examples"]) > 0:
-                results[cid] = (msg.content["arrays"], m)
+                results[cid] = (msg.content["arrays"], m, msg.content["method"].to_torch_state_dict()
+                                if "method" in msg.content else {})
         done = [cid for cid in self.sampled if cid in results]
         rnd, plan = self.rnd, self.plan
         total = sum(results[c][1]["num-examples"] for c in done)
         train_loss = 0.0
-        bytes_up = bytes_up_wire = 0
+        bytes_up_wire = 0
         for cid in done:  # in the sampled order, as the loop folds them
-            arrays, m = results[cid]
+            arrays, m, up = results[cid]
             p = float(m["num-examples"]) / total
             state = arrays.to_torch_state_dict()
             rnd.delta.zero_()
             for name, t in state.items():
                 a, b = flat.param_range[name]
                 rnd.delta[a:b] = t.reshape(-1) - rnd.x[a:b]
-            bytes_up += _payload(arrays)
-            bytes_up_wire += arrays.count_bytes()
+            bytes_up_wire += arrays.count_bytes() + (msg_bytes(up) if up else 0)
             train_loss += p * float(m["train-loss"])
             rnd.fold(plan, cid, rnd.delta, p)
+            method.from_client(r, cid, up)  # the server's side of after_client
+            down, up_bytes = exchanged_bytes(self.s, method, plan, cid, self.masks[cid])  # the loop's count
+            plan.bytes_down += down + rnd.frozen_block_bytes(plan, cid)
+            plan.bytes_up += up_bytes
         row = rnd.close(plan, train_loss if done else math.nan, joined=done)  # the loop's server step and row
-        row["bytes_down"], row["bytes_up"] = self.bytes_down, bytes_up
+        row["bytes_down"], row["bytes_up"] = plan.bytes_down, plan.bytes_up
         row["bytes_down_wire"], row["bytes_up_wire"] = self.bytes_down_wire, bytes_up_wire
         row["failures"] = failures
         row["seconds"] = time.perf_counter() - self.t0
@@ -143,9 +155,9 @@ def _reason(text: str) -> str:
     return (lines[-1].split("Message:", 1)[1].strip() if lines else text.strip().splitlines()[-1])[:300]
 
 
-def _payload(arrays: ArrayRecord) -> int:
-    """Bytes of the parameters an ArrayRecord carries (what fedfrozen.run counts; the wire adds headers)."""
-    return sum(int(a.numpy().nbytes) for a in arrays.values())
+def msg_bytes(tensors: dict) -> int:
+    """Bytes an ArrayRecord of `tensors` weighs on the wire."""
+    return ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in tensors.items()}).count_bytes()
 
 
 def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "") -> History:
@@ -157,13 +169,16 @@ def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "") -> Histor
     return strategy.hist
 
 
-def make_server_app(cfg: Config, out: str = "", fail: str = "") -> ServerApp:
-    """A ServerApp that runs `cfg` (for fedfrozen.flower.simulate and tests)."""
+def make_server_app(cfg: Config, out: str = "", fail: str = "", more=()) -> ServerApp:
+    """A ServerApp that runs `cfg`, then each (Config, out) of `more` on the same nodes, one after the other (for
+    fedfrozen.flower.simulate and simulate_many)."""
     server = ServerApp()
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         run_server(grid, cfg, out, fail)
+        for other, other_out in more:
+            run_server(grid, other, str(other_out))
 
     return server
 

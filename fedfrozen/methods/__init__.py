@@ -4,6 +4,7 @@
     fedfrozen.methods.register(...)  add a method; build(cfg) makes one; describe() lists them
     components: objective.py (plain, prox), scaffold.py, feddyn.py, fedopt.py (server steps),
                 freezing.py (schedules)
+    a method's own settings: settings.py (Settings, setting), given as Config.method_args
 
 Update rules and sources: docs/methods.md.
 """
@@ -12,12 +13,26 @@ from .base import LOCAL_OBJECTIVES, Method
 from .fedopt import DEFAULT_SERVER_LR, SERVER_STEPS, ServerOptimizer
 from .freezing import FREEZE_SCHEDULES, FreezeSchedule
 from .objective import LocalObjective
-from .registry import build, composition, describe, names, register, results_revision, unregister
+from .registry import (
+                       build,
+                       composition,
+                       describe,
+                       flat_names,
+                       flat_settings,
+                       methods_with,
+                       names,
+                       register,
+                       results_revision,
+                       settings_class,
+                       unregister,
+)
 from .scaffold import scaffold_variant
+from .settings import Settings, setting
 
 SERVER_OPTIMIZERS = tuple(SERVER_STEPS)
 SCAFFOLD_VARIANTS = ("auto", "gradient", "update")
 
 __all__ = ["Method", "LocalObjective", "FreezeSchedule", "ServerOptimizer", "register", "unregister", "names",
            "describe", "build", "composition", "results_revision", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS", "SERVER_STEPS",
-           "FREEZE_SCHEDULES", "DEFAULT_SERVER_LR", "SCAFFOLD_VARIANTS", "scaffold_variant"]
+           "FREEZE_SCHEDULES", "DEFAULT_SERVER_LR", "SCAFFOLD_VARIANTS", "scaffold_variant",
+           "Settings", "setting", "settings_class", "flat_names", "flat_settings", "methods_with"]

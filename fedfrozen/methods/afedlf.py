@@ -18,6 +18,8 @@ The simulated round time is the slowest sampled client's time; the History gets 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ from .. import augment
 from ..rng import seed_for
 from .base import Method, probe_loss
 from .fedtlu import layer_of_parameters
+from .settings import Settings, setting
 
 __all__ = ["AFedLF", "COMPUTE_RATE", "BANDWIDTH", "device_profiles", "client_seconds"]
 
@@ -45,12 +48,20 @@ def client_seconds(n_samples: int, compute: float, bandwidth: float, trained_sha
     return float(n_samples * trained_share / (compute * COMPUTE_RATE) + (down_bytes + up_bytes) / (bandwidth * BANDWIDTH))
 
 
+@dataclass(frozen=True)
+class AFedLFSettings(Settings):
+    prefix: ClassVar[str] = "afedlf"
+    max_depth: int | None = setting(None, "deepest frozen prefix in blocks (None: all but the last block)", lo=0)
+
+
 class AFedLF(Method):
     """FedAvg with a per-client frozen prefix chosen for gain per simulated second, and a prefix cache."""
 
+    Settings = AFedLFSettings
+
     batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
-    not_on = {"flower": "per-client frozen prefixes and activation caches (client_mask, client_forward) are not sent "
-                        "through the ConfigRecord"}
+    not_on = {"flower": "its per-client frozen prefixes and prefix activation caches (client_mask, client_forward) "
+                        "are not carried by split hooks yet"}
     results_revision = 1  # 1: the device profiles draw from their own seed (they shared skewed participation's)
 
     def setup(self, setup) -> None:
@@ -61,9 +72,9 @@ class AFedLF(Method):
                              f"forward_head); {type(model).__name__} is not one")
         self.layer, n_layers = layer_of_parameters(model, setup.flat)
         self.B = n_layers - 2
-        depth = self.cfg.afedlf_max_depth
-        if depth is not None and depth > self.B - 1:  # refused like tlu_k, never clamped
-            raise ValueError(f"afedlf_max_depth must be at most {self.B - 1} (the model's {self.B} blocks less the "
+        depth = self.settings.max_depth
+        if depth is not None and depth > self.B - 1:  # refused like FedTLU's k, never clamped
+            raise ValueError(f"method_args['max_depth'] of 'afedlf' must be at most {self.B - 1} (the model's {self.B} blocks less the "
                              f"last, which always trains); got {depth}")
         self.max_depth = self.B - 1 if depth is None else depth
         self.compute, self.bandwidth = device_profiles(self.cfg)

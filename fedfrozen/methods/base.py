@@ -3,6 +3,7 @@
 A method is one object. The loop (fedfrozen.loop.run) owns the resident model, the flat
 buffers and the order of events; at each point where methods differ it calls a hook:
 
+    (self.settings: the method's own settings, Config.method_args, checked when the Method is built)
     setup(setup)                                  once, before round 0 (or a resume)
     per round r, in this order (tests/test_methods.py records it under both engines):
       frozen_groups(r)                            groups no client trains this round (stage switch when it changes)
@@ -24,6 +25,9 @@ buffers and the order of events; at each point where methods differ it calls a h
         client_bytes(r, i, payload, trainable)    exact bytes down and up
       server_update(r, x, acc, mask, sampled)     the server step on the aggregated update (not called when nobody joined)
       on_round_end(r, row, history)               sees the History row; True stops the run
+    on a federation (Flower) the server's replica runs the server-side hooks, each client's replica the client-side
+    ones, and the split hooks carry what crosses: to_client(r, i) -> from_server on the client, client_state /
+    load_client_state across its rounds, to_server(r, i) -> from_client on the server in place of after_client
     state_dict() / load_state_dict()              everything needed for a bit-exact resume
 
 Most methods are compositions of three parts, each replaceable by name through Config: a local
@@ -43,14 +47,15 @@ from .fedopt import ServerOptimizer
 from .freezing import FREEZE_SCHEDULES
 from .objective import LocalObjective, Prox
 from .scaffold import Scaffold
+from .settings import Settings
 
 __all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_probabilities", "RUNTIMES",
            "CLIENT_HOOKS"]
 
 # where a method may be asked to run besides the sequential loop (Method.cannot_run)
 RUNTIMES = ("batched", "flower")
-# the hooks that run on a client; the Flower ClientApp runs none of them (only the loop's local step with the prox
-# term and value penalty the server sends), so a method overriding one cannot run there
+# the hooks that run on a client: on a federation (the Flower ClientApp) the client's replica runs them, with what
+# the split hooks (Method.to_client ... from_client) carry; a method overriding one declares split = True
 CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "upload", "after_client")
 
 PROBE = 128  # samples of a client that methods evaluate on (importance, gains, confidences)
@@ -87,23 +92,33 @@ class Method:
     """FedAvg, and the composition of a local objective, a server optimiser and a freezing schedule.
 
     local, server, schedule: component names (Config.local_objective, server_opt and
-    freeze_schedule override them); frozen: the groups the schedule freezes, None for cfg.freeze.
+    freeze_schedule override them); frozen: the groups the schedule freezes, None for cfg.freeze;
+    settings: the settings class read from cfg.method_args (default: the class's `Settings`).
     """
 
     name = "fedavg"
+    # the method's own settings (fedfrozen.methods.settings): a frozen dataclass read as self.settings, given as
+    # Config.method_args; the base has none
+    Settings = Settings
     # The batched engine (fedfrozen.batched) can train this method's clients at once: its hooks do not
     # replace the forward pass (client_forward) nor use the local optimiser object given to init_client
     # (None under the batched engine). A method that does sets this False.
     batched = True
     # runtime -> why this method cannot run there (RUNTIMES); what `cannot_run` does not infer by itself
     not_on: dict = {}
+    # On a federation (the Flower apps) server and clients hold their own state: the split hooks (to_client,
+    # from_server, client_state, load_client_state, to_server, from_client) say what crosses. A subclass that
+    # overrides a client-side hook (CLIENT_HOOKS) sets split = True once those hooks carry what its own need.
+    split = False
     # bumped when a method's results change for the same Config (a fix): the results cache keys on it, so a
     # cached History of the old behaviour is not served (fedfrozen.experiments.config_key)
     results_revision = 0
 
     def __init__(self, cfg, *, local: str = "plain", server: str = "avg", schedule: str = "none",
-                 frozen: tuple | None = ()):
+                 frozen: tuple | None = (), settings: type | None = None):
         self.cfg = cfg
+        self.settings = (settings or type(self).Settings).create(cfg.method, cfg.method_args)
+        self.settings.check(cfg)
         local = cfg.local_objective or local
         server = cfg.server_opt or server
         schedule = cfg.freeze_schedule or schedule
@@ -141,15 +156,12 @@ class Method:
                 return (f"{type(self).__name__}.batched is False: it replaces the forward pass per client or uses "
                         f"the local optimiser object")
             return None
-        if self.local.name in ("scaffold", "feddyn"):
-            kept = "client control variates c_i" if self.local.name == "scaffold" else "the client's FedDyn vector h_i"
-            return f"its local objective {self.local.name!r} keeps {kept} across rounds on each client"
+        if not self.local.split:
+            return f"its local objective {self.local.name!r} does not say what crosses between server and client"
         overridden = [h for h in CLIENT_HOOKS if getattr(type(self), h) is not getattr(Method, h)]
-        if overridden:
-            return (f"it overrides the client-side hook(s) {', '.join(overridden)}, which the Flower client does not "
-                    f"run (it trains with the loop's local step only)")
-        if self.schedule.name == "progressive":
-            return "the progressive schedule gives per-client layer masks (client_mask)"
+        if overridden and not type(self).split:
+            return (f"it overrides the client-side hook(s) {', '.join(overridden)} and its split hooks do not carry "
+                    f"the state they need between server and clients (Method.split is False)")
         return None
 
     # --- setup --------------------------------------------------------------------------------
@@ -257,6 +269,35 @@ class Method:
         """After the History row of round r is appended; True stops the run."""
         self.schedule.on_round_end(r, row, history)
         return None
+
+    # --- the split on a federation (the Flower apps) --------------------------------------------
+    # The server's replica runs every server-side hook; the client's replica (fresh each round, same Config)
+    # runs init_client, client_forward, correction, upload and after_client between from_server and to_server.
+    def to_client(self, r: int, cid: int) -> dict:
+        """Server side, before client `cid` trains elsewhere: the tensors its hooks read this round. By default
+        the local objective's, and the client's mask when client_mask gives one (the schedule's layer masks)."""
+        mask = self.client_mask(r, cid)
+        return {**self.local.to_client(cid), **({} if mask is None else {"mask": mask})}
+
+    def from_server(self, r: int, cid: int, tensors: dict) -> None:
+        """Client side: load what to_client sent (the mask is the round's, see fedfrozen.round.Plan.masks)."""
+        self.local.from_server(cid, {k: v for k, v in tensors.items() if k != "mask"})
+
+    def client_state(self, cid: int) -> dict:
+        """Client side, after the round: the tensors client `cid` keeps for its next round (Flower's Context.state)."""
+        return self.local.client_state(cid)
+
+    def load_client_state(self, cid: int, state: dict) -> None:
+        """Client side, before the round: what client_state returned last time in this stage ({}: none)."""
+        self.local.load_client_state(cid, state)
+
+    def to_server(self, r: int, cid: int) -> dict:
+        """Client side, after after_client: what the server's state needs from client `cid`."""
+        return self.local.to_server(cid)
+
+    def from_client(self, r: int, cid: int, tensors: dict) -> None:
+        """Server side, in place of after_client (in the sampled order): fold what to_server sent."""
+        self.local.from_client(cid, tensors)
 
     # --- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict:

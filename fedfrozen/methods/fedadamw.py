@@ -10,8 +10,8 @@ mean update:
   stage switch);
 - clients upload Δ_i and the per-tensor mean of v; the server sets x ← x + Δ̄ (FedAvg), averages the
   v means with the aggregation weights, and sends x, Δ̄ and v̄ (all counted in bytes).
-`fedadamw_gamma` γ (default 0.9, the authors' language-model scripts; 0.5 in their vision script) and
-`fedadamw_server_moments` (v̄ and the counter shared; False: fresh moments each round). γ = 0 without
+the setting `gamma` γ (default 0.9, the authors' language-model scripts; 0.5 in their vision script) and
+`server_moments` (v̄ and the counter shared; False: fresh moments each round). γ = 0 without
 server moments is Local AdamW (FedAvg with local AdamW) exactly (a test). It sets the local optimiser's
 state and adds a per-step term, so it runs on the sequential engine only.
 """
@@ -19,17 +19,29 @@ state and adds a per-step term, so it runs on the sequential engine only.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .base import Method
+from .settings import Settings, setting
 
 __all__ = ["FedAdamW"]
+
+
+@dataclass(frozen=True)
+class FedAdamWSettings(Settings):
+    prefix: ClassVar[str] = "fedadamw"
+    gamma: float = setting(0.9, "weight gamma of the pull along the last mean update (lr and wd scaled by 1 - gamma)",
+                           lo=0, hi=1, hi_open=True)
+    server_moments: bool = setting(True, "clients start from the server's per-tensor v and step counter")
 
 
 class FedAdamW(Method):
     """FedAvg with FedAdamW's local optimiser state from the server and its pull along Δ̄^{r-1}."""
 
+    Settings = FedAdamWSettings
     batched = False  # sets the local optimiser's state (init_client) and adds a per-step term
 
     def setup(self, setup) -> None:
@@ -39,8 +51,8 @@ class FedAdamW(Method):
             raise ValueError(f"method {cfg.method!r} is local AdamW; optimizer must be 'adamw', got {cfg.optimizer!r}")
         flat = setup.flat
         self.flat = flat
-        self.gamma = cfg.fedadamw_gamma
-        self.shared = cfg.fedadamw_server_moments
+        self.gamma = self.settings.gamma
+        self.shared = self.settings.server_moments
         names = sorted(flat.param_range, key=lambda n: flat.param_range[n][0])
         self.tensor_of = torch.empty(flat.numel, dtype=torch.long, device=flat.data.device)
         for i, name in enumerate(names):

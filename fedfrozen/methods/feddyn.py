@@ -34,6 +34,13 @@ class FedDyn(LocalObjective):
     def reset(self) -> None:
         self.client.clear()
 
+    # on a federation h_i stays on the client (Flower's Context.state); nothing else crosses
+    def client_state(self, cid: int) -> dict:
+        return self.client.one(cid, "h_i")
+
+    def load_client_state(self, cid: int, state: dict) -> None:
+        self.client.load_one(cid, state, "h_i")
+
     def state_dict(self) -> dict:
         return {"client": self.client.state_dict()}
 

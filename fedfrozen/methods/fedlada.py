@@ -20,10 +20,14 @@ Sequential engine only (they set the local optimiser's rule and state).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
 from .base import Method
-from .fedadamw import FedAdamW
+from .fedadamw import FedAdamW, FedAdamWSettings
+from .settings import setting
 
 __all__ = ["FedLADA", "FedACT", "LADA_COUPLED_WD"]
 
@@ -64,15 +68,25 @@ def _adam_coupled(opt) -> None:
         p.addcdiv_(m, (v.sqrt() / bc2 ** 0.5).add_(opt.eps), value=-opt.lr / bc1)
 
 
+@dataclass(frozen=True)
+class FedACTSettings(FedAdamWSettings):
+    prefix: ClassVar[str] = "fedact"
+    alpha: float = setting(0.9, "[recon] weight alpha of the global direction in the local step", lo=0)
+    tau_min: float = setting(0.1, "[recon] lower clip of the coordinate trust (1: trust == 1)", lo=0, hi=1,
+                             lo_open=True)
+
+
 class FedACT(FedAdamW):
     """FedAdamW's moments with FedACT's trust-scaled direction [recon]."""
 
+    Settings = FedACTSettings
+
     def init_client(self, r, cid, opt, mask) -> None:
         super().init_client(r, cid, opt, mask)
-        K, cfg = self._steps(cid), self.cfg
+        K, cfg, opts = self._steps(cid), self.cfg, self.settings
         # η itself (FedAdamW scales it by 1 - γ); the global direction is inside the trust-scaled step
         opt.configure_client(lr=self.base_lr, weight_decay=cfg.weight_decay, after_step=None,
-                             step_rule=lambda o: _act_step(o, self.delta_bar, K, cfg.fedact_alpha, cfg.fedact_tau_min))
+                             step_rule=lambda o: _act_step(o, self.delta_bar, K, opts.alpha, opts.tau_min))
 
 
 @torch.no_grad()

@@ -2,11 +2,11 @@
 
 **[recon]**: the paper's text was not available; this follows the rule reconstructed from its abstract.
 Clients fall into G groups (seeded, round-robin over a permutation) with ranks r_1 < ... < r_G
-(`fedslm_ranks`; by default 1/6, 1/3 and 2/3 of the smallest body layer: 8, 16, 32 on vit_digits). Every linear layer of the transformer body (q, k, v, the attention projection, the MLP;
+(setting `ranks`; by default 1/6, 1/3 and 2/3 of the smallest body layer: 8, 16, 32 on vit_digits). Every linear layer of the transformer body (q, k, v, the attention projection, the MLP;
 not the classifier head, whose 10 outputs would cap every rank) is W = U S V' on the server, computed once
 per round; a client of group g starts the round from the rank-r_g truncation W_g of every such layer (the
 groups' subspaces are nested: all truncate the same SVD) and the other parameters as they are.
-- Without adapters (`fedslm_adapter_rank` = 0) the client trains its low-rank layers and keeps them low
+- Without adapters (setting `adapter_rank` = 0) the client trains its low-rank layers and keeps them low
   rank: after local training each layer is truncated back to rank r_g (the projection onto the rank-r_g
   matrices, once per round, standing in for training the factors A_g B_g).
 - With adapters of rank a (> 0) the truncated base stays fixed and the client's change of each layer is
@@ -23,12 +23,16 @@ starts from its own truncated model).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import torch
 from torch import nn
 
 from ..rng import seed_for
 from .base import Method
+from .settings import Settings, setting
 
 __all__ = ["FedSLM", "body_linears", "default_ranks"]
 
@@ -60,25 +64,39 @@ def truncate(w: torch.Tensor, rank: int) -> torch.Tensor:
     return (U[:, :rank] * S[:rank]) @ Vh[:rank]
 
 
+@dataclass(frozen=True)
+class FedSLMSettings(Settings):
+    prefix: ClassVar[str] = "fedslm"
+    ranks: tuple[int, ...] = setting((), "ranks r_1 < ... < r_G of the groups' truncated linear layers (empty: 1/6, "
+                                         "1/3, 2/3 of the smallest layer)", lo=1)
+    adapter_rank: int = setting(0, "rank of each client's adapter on its truncated base (0: no adapters)", lo=0)
+
+    def check(self, cfg) -> None:
+        if any(b <= a for a, b in zip(self.ranks, self.ranks[1:])):
+            raise ValueError(f"method_args['ranks'] of {cfg.method!r} must be increasing (r_1 < ... < r_G); "
+                             f"got {self.ranks!r}")
+
+
 class FedSLM(Method):
     """FedAvg over clients that hold rank-r_g truncations of the body's linear layers (and optional adapters)."""
 
+    Settings = FedSLMSettings
     batched = False  # each client starts from its own group's truncated weights
 
     def setup(self, setup) -> None:
         super().setup(setup)
         cfg = self.cfg
-        self.adapter = cfg.fedslm_adapter_rank
+        self.adapter = self.settings.adapter_rank
         self.layers = body_linears(setup.model, setup.flat)
         if not self.layers:
             raise ValueError(f"method 'fedslm' needs linear layers in the model's body; {cfg.model!r} has none")
         smallest = min(min(m, n) for _, _, m, n in self.layers)
-        self.ranks = tuple(int(r) for r in cfg.fedslm_ranks) or default_ranks(smallest)
+        self.ranks = tuple(int(r) for r in self.settings.ranks) or default_ranks(smallest)
         if self.ranks[-1] > smallest:
-            raise ValueError(f"fedslm_ranks {self.ranks}: a rank exceeds the smallest linear layer of the body "
+            raise ValueError(f"method_args['ranks'] {self.ranks}: a rank exceeds the smallest linear layer of the body "
                              f"(min(rows, cols) = {smallest})")
         if self.adapter > smallest:
-            raise ValueError(f"fedslm_adapter_rank ({self.adapter}) exceeds the smallest linear layer of the body "
+            raise ValueError(f"method_args['adapter_rank'] ({self.adapter}) exceeds the smallest linear layer of the body "
                              f"({smallest})")
         perm = np.random.default_rng(seed_for("fedslm_groups", cfg.seed)).permutation(cfg.n_clients)
         self.group = np.empty(cfg.n_clients, dtype=np.int64)

@@ -6,7 +6,7 @@ measure of the change (‖Δ‖/√n is its RMS, so the score is √(1 + mean²/
 k layers with the highest scores are trained and uploaded by every sampled client; the others
 stay as they are that round. Round 0 trains every layer. A layer that did not train keeps its
 last score. [recon] where the paper's text did not pin it down (docs/methods.md): k = 25% of
-the layers by default (`tlu_k`), the aggregated update as the source of Δ, highest scores first,
+the layers by default (setting `k`), the aggregated update as the source of Δ, highest scores first,
 ties to the lower layer. Clients download the whole model and upload only the selected layers.
 Each round's layers are recorded in the History (`trained_layers`).
 """
@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from ..qkv import param_groups
 from .base import Method
+from .settings import Settings, setting
 
 __all__ = ["FedTLU", "layer_of_parameters"]
 
@@ -41,17 +44,25 @@ def layer_of_parameters(model, flat) -> tuple[torch.Tensor, int]:
     return layer, n_blocks + 2
 
 
+@dataclass(frozen=True)
+class FedTLUSettings(Settings):
+    prefix: ClassVar[str] = "tlu"
+    k: int | None = setting(None, "layers trained per round (None: 25% of the layers, at least 1)", lo=1)
+
+
 class FedTLU(Method):
     """FedAvg where each round trains only the k highest-scoring layers."""
 
-    not_on = {"flower": "per-client masks (client_mask) are not sent through the ConfigRecord"}
+    Settings = FedTLUSettings
+
+    split = True  # its mask is the server's (from the aggregated updates' scores): Method.to_client sends it
 
     def setup(self, setup) -> None:
         super().setup(setup)
         self.layer, self.n_layers = layer_of_parameters(setup.model, setup.flat)
-        k = self.cfg.tlu_k if self.cfg.tlu_k is not None else max(1, round(0.25 * self.n_layers))
+        k = self.settings.k if self.settings.k is not None else max(1, round(0.25 * self.n_layers))
         if not 1 <= k <= self.n_layers:
-            raise ValueError(f"tlu_k must be between 1 and the model's {self.n_layers} layers (embedding, "
+            raise ValueError(f"method_args['k'] of {self.name!r} must be between 1 and the model's {self.n_layers} layers (embedding, "
                              f"{self.n_layers - 2} blocks, head); got {k}")
         self.k = k
         self.ranges = [torch.nonzero(self.layer == i).flatten() for i in range(self.n_layers)]

@@ -12,12 +12,14 @@ partial participation, clients are chosen by importance, the loss of the global 
 loss of the client's trained model on its probe samples (larger: more to contribute), greedily,
 with a seeded ε = 0.2 share of random picks and never-seen clients first.
 [recon] (docs/methods.md): the confidence definition, the p_i·c weighting, the probe size, ε.
-Config: `head_sparsity` s in [0, 1), `head_weighting` ("confidence" or "uniform").
+Settings (method_args): `sparsity` s in [0, 1), `weighting` ("confidence" or "uniform").
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 from ..qkv import SplitQKV
 from ..rng import seed_for
 from .base import PROBE, Method, probe_loss
+from .settings import Settings, setting
 
 __all__ = ["HeadPruning", "head_index", "EXPLORE"]
 
@@ -63,10 +66,21 @@ def head_index(model, flat) -> tuple[torch.Tensor, list]:
     return ids, attns
 
 
+@dataclass(frozen=True)
+class HeadPruningSettings(Settings):
+    prefix: ClassVar[str] = "head"
+    sparsity: float = setting(0.5, "share s of attention heads each client leaves untrained, in [0, 1)", lo=0, hi=1,
+                              hi_open=True)
+    weighting: str = setting("confidence", "per-head aggregation weights p_i*c_ih (confidence) or p_i (uniform)",
+                             choices=("confidence", "uniform"))
+
+
 class HeadPruning(Method):
     """FedAvg where each client trains its most confident heads and the server averages heads by confidence."""
 
-    not_on = {"flower": "per-client head masks (client_mask) are not sent through the ConfigRecord"}
+    Settings = HeadPruningSettings
+    not_on = {"flower": "each client's head mask comes from confidences measured on its own data (client_mask, "
+                        "after_client), which its split hooks do not carry yet"}
 
     def setup(self, setup) -> None:
         super().setup(setup)
@@ -74,7 +88,7 @@ class HeadPruning(Method):
         self.n_heads = int(self.head.max()) + 1
         self.is_head = self.head >= 0
         self.head_pos = self.head[self.is_head]
-        self.keep = max(1, math.ceil((1 - self.cfg.head_sparsity) * self.n_heads))
+        self.keep = max(1, math.ceil((1 - self.settings.sparsity) * self.n_heads))
         self.importance = torch.full((self.cfg.n_clients,), math.nan)
         dev = setup.flat.data.device
         self.num = torch.zeros(int(self.is_head.sum()), device=dev)
@@ -130,7 +144,7 @@ class HeadPruning(Method):
         self.loss_before = {}
         for cid in sampled:  # the resident model holds the round's global weights; probing does not change them
             conf, loss = self._probe(cid)
-            if self.cfg.head_weighting == "uniform":
+            if self.settings.weighting == "uniform":
                 conf = torch.ones_like(conf)
             top = torch.topk(conf, self.keep).indices if self.keep < self.n_heads else torch.arange(self.n_heads)
             trained = torch.zeros(self.n_heads, dtype=torch.bool, device=conf.device)

@@ -34,12 +34,26 @@ class ClientVectors:
     def load_state_dict(self, state: dict) -> None:
         self.vec = {int(k): v.to(self.device) for k, v in state.items()}
 
+    def one(self, cid: int, key: str) -> dict:
+        """{key: client cid's vector}, or {} when it has none yet (what a client keeps on a federation)."""
+        return {key: self.vec[cid]} if cid in self.vec else {}
+
+    def load_one(self, cid: int, state: dict, key: str) -> None:
+        """Client cid's vector from one(...)'s dict (none: it starts at zero again)."""
+        self.vec.pop(cid, None)
+        if key in state:
+            self.vec[cid] = state[key].to(self.device, torch.float32).clone()
+
 
 class LocalObjective:
     """Plain local training: the data gradient alone, no client state (FedAvg)."""
 
     name = "plain"
     exchange_factor = 1  # payloads exchanged per client and round, each way, in units of the trainable weights
+    # On a federation (the Flower apps) the server's and each client's state live apart; the split hooks below say
+    # what crosses (to_client, to_server) and what a client keeps across rounds (client_state). An objective whose
+    # client state they do not carry sets split = False and cannot run there.
+    split = True
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -76,6 +90,28 @@ class LocalObjective:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what state_dict returned."""
+
+    # --- the split on a federation: server -> client -> server --------------------------------
+    def to_client(self, cid: int) -> dict:
+        """Server side: the tensors of server state client `cid`'s hooks read this round (none)."""
+        return {}
+
+    def from_server(self, cid: int, tensors: dict) -> None:
+        """Client side: load what to_client sent."""
+
+    def client_state(self, cid: int) -> dict:
+        """Client side, after the round: what client `cid` keeps for its next round (none)."""
+        return {}
+
+    def load_client_state(self, cid: int, state: dict) -> None:
+        """Client side, before the round: what client_state returned last time ({} the first time)."""
+
+    def to_server(self, cid: int) -> dict:
+        """Client side, after after_client: what the server's state needs from this client (none)."""
+        return {}
+
+    def from_client(self, cid: int, tensors: dict) -> None:
+        """Server side, in place of after_client: fold what to_server sent into the server's state."""
 
 
 class Prox(LocalObjective):

@@ -24,19 +24,26 @@ from .fedlada import FedACT, FedLADA
 from .fedslm import FedSLM
 from .fedtlu import FedTLU
 from .head_pruning import HeadPruning
+from .settings import Settings, flat_name
 from .stale import MIFA, FedSteer, FedVARP
 
-__all__ = ["register", "unregister", "names", "describe", "build", "composition", "results_revision"]
+__all__ = ["register", "unregister", "names", "describe", "build", "composition", "results_revision",
+           "settings_class", "flat_settings", "flat_names", "methods_with"]
 
 _REGISTRY: dict[str, tuple] = {}
+_FLAT: dict = {}  # flat_settings(), rebuilt after a registration
 
 
-def register(name: str, factory=Method, *, summary: str, replace: bool = False, **composition) -> None:
+def register(name: str, factory=Method, *, summary: str, replace: bool = False, settings: type | None = None,
+             **composition) -> None:
     """Register method `name`: `build(cfg)` returns `factory(cfg, **composition)`.
 
     factory: Method or a subclass (any callable taking the Config and returning a Method);
     composition: keyword arguments for it, e.g. local="prox", server="adam", schedule="warmup",
     frozen=("qk",) (None: the config's `freeze`). summary: one line for `fedfrozen methods`.
+    settings: the method's settings class (fedfrozen.methods.settings; Config.method_args); by default the
+    factory's `Settings` (a Method subclass's); a factory function given `settings` receives it as the keyword
+    `settings` (pass it on to Method.__init__).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"method name must be an identifier; got {name!r}")
@@ -46,7 +53,17 @@ def register(name: str, factory=Method, *, summary: str, replace: bool = False, 
         raise ValueError(f"register({name!r}): give a one-line summary")
     if name in _REGISTRY and not replace:
         raise ValueError(f"method {name!r} is already registered (pass replace=True to redefine it)")
-    _REGISTRY[name] = (factory, dict(composition), summary)
+    cls = settings if settings is not None else getattr(factory, "Settings", Settings)
+    if not (isinstance(cls, type) and issubclass(cls, Settings)):
+        raise TypeError(f"register({name!r}): {factory!r}.Settings must subclass fedfrozen.methods.settings.Settings")
+    taken = flat_settings()
+    for setting, flat in flat_names(cls).items():
+        owner = taken.get(flat, (None,))[0]
+        if owner is not None and not (issubclass(cls, owner) or issubclass(owner, cls)):
+            raise ValueError(f"register({name!r}): the setting {setting!r} spells {flat!r}, already a setting of "
+                             f"{owner.__name__}; give {cls.__name__} another prefix")
+    _REGISTRY[name] = (factory, dict(composition), summary, cls)
+    _FLAT.clear()
 
 
 def unregister(name: str) -> None:
@@ -54,6 +71,7 @@ def unregister(name: str) -> None:
     if name not in _REGISTRY:
         raise ValueError(f"no method {name!r} is registered")
     del _REGISTRY[name]
+    _FLAT.clear()
 
 
 def names() -> tuple:
@@ -63,7 +81,7 @@ def names() -> tuple:
 
 def describe() -> dict:
     """{name: one-line summary} of every registered method."""
-    return {n: s for n, (_, _, s) in _REGISTRY.items()}
+    return {n: s for n, (_, _, s, _) in _REGISTRY.items()}
 
 
 def composition(name: str) -> dict:
@@ -78,11 +96,42 @@ def results_revision(name: str) -> int:
     return int(getattr(_REGISTRY[name][0], "results_revision", 0))
 
 
+def settings_class(name: str) -> type:
+    """The settings dataclass of method `name` (its class's `Settings`; the empty base for a plain factory)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"method must be one of {', '.join(_REGISTRY)}; got {name!r}")
+    return _REGISTRY[name][3]
+
+
+def flat_names(cls) -> dict:
+    """setting name -> its flat spelling (`{prefix}_{name}`: the deprecated Config keyword, the cache key's name,
+    the command-line flag with dashes) for settings class `cls`."""
+    return {name: flat_name(cls, name) for name in cls.fields()}
+
+
+def flat_settings() -> dict:
+    """flat name -> (the settings class that declares it, the setting's name), over every registered method."""
+    if not _FLAT:
+        for _, _, _, cls in _REGISTRY.values():
+            for name, flat in flat_names(cls).items():
+                declaring = next(k for k in reversed(cls.__mro__) if cls.fields()[name].name in
+                                 getattr(k, "__annotations__", {}))
+                _FLAT.setdefault(flat, (declaring, name))
+    return _FLAT
+
+
+def methods_with(cls) -> list[str]:
+    """The registered methods whose settings include those of settings class `cls`."""
+    return [n for n, (_, _, _, own) in _REGISTRY.items() if issubclass(own, cls)]
+
+
 def build(cfg) -> Method:
     """The Method of `cfg.method`, with the config's component overrides applied."""
     if cfg.method not in _REGISTRY:
         raise ValueError(f"method must be one of {', '.join(_REGISTRY)}; got {cfg.method!r}")
-    factory, comp, _ = _REGISTRY[cfg.method]
+    factory, comp, _, settings = _REGISTRY[cfg.method]
+    if settings is not getattr(factory, "Settings", Settings):  # a factory function registered with settings=
+        comp = {**comp, "settings": settings}
     method = factory(cfg, **comp)
     if not isinstance(method, Method):
         raise TypeError(f"method {cfg.method!r}: its factory returned {type(method).__name__}, not a Method")

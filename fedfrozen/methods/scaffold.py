@@ -8,7 +8,8 @@ gradient. After the round a client's new variate c_i+ is, by the paper's two opt
   eta. With AdamW the quotient is of order one per coordinate and swamps the gradient.
 `scaffold_variant="auto"` takes option II for SGD and option I otherwise. The server sets
 c += (|S|/N) mean_{i in S}(c_i+ - c_i). Variates live on the trainable entries only (the mask);
-uploads and downloads are twice FedAvg's (weights and variates). See docs/methods.md.
+uploads and downloads are twice FedAvg's (weights and variates). On a federation c goes down, c_i stays on
+the client (Flower's Context.state) and c_i+ - c_i comes up. See docs/methods.md.
 """
 
 from __future__ import annotations
@@ -87,6 +88,25 @@ class Scaffold(LocalObjective):
     def reset(self) -> None:
         self.c.zero_()
         self.client.clear()
+
+    # on a federation: c goes down, c_i stays on the client, c_i+ - c_i comes up (exchange_factor 2)
+    def to_client(self, cid: int) -> dict:
+        return {"c": self.c}
+
+    def from_server(self, cid: int, tensors: dict) -> None:
+        self.c.copy_(tensors["c"])
+
+    def client_state(self, cid: int) -> dict:
+        return self.client.one(cid, "c_i")
+
+    def load_client_state(self, cid: int, state: dict) -> None:
+        self.client.load_one(cid, state, "c_i")
+
+    def to_server(self, cid: int) -> dict:
+        return {"dc": self.dc_sum}  # this client's c_i+ - c_i alone: begin_round zeroed the sum
+
+    def from_client(self, cid: int, tensors: dict) -> None:
+        self.dc_sum.add_(tensors["dc"])
 
     def state_dict(self) -> dict:
         return {"c": self.c, "client": self.client.state_dict()}

@@ -14,7 +14,7 @@ probability of joining a round (`participation_probabilities`) and A the round's
   Q = [H_j / K]_{j in C} holds the cached updates of a core set C of K clients and s_i are client i's
   coordinates in that subspace: for an active client the ridge solution s_i = (Q'Q + lam I)^-1 Q' u_i, an
   inactive one keeps its last s_i. The core set is chosen at the end of each of the first
-  `fedsteer_select_rounds` rounds (K = `fedsteer_core`, default min(10, N); a seeded random start, then up to 5 best swaps minimising
+  `select_rounds` rounds (K = `core`, default min(10, N); a seeded random start, then up to 5 best swaps minimising
   sum_i (d_i^2 / p_i) ||g_i - Q_g s_i||^2 + lam_i ||s_i||^2 with lam_i = lam p_i / d_i^2, on the
   norm-normalised head vectors g_i of the cache) and fixed afterwards.
 
@@ -26,11 +26,15 @@ skips the server step). The server memory of the caches is recorded in every His
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import torch
 
 from ..rng import seed_for
 from .base import Method, participation_probabilities
+from .settings import Settings, setting
 
 __all__ = ["MIFA", "FedVARP", "FedSteer"]
 
@@ -115,14 +119,30 @@ class FedVARP(MIFA):
         return out
 
 
+@dataclass(frozen=True)
+class FedSteerSettings(Settings):
+    prefix: ClassVar[str] = "fedsteer"
+    core: int | None = setting(None, "K, the clients of the core set whose cached updates span the subspace "
+                                     "(None: min(10, N))", lo=1)
+    lambda_: float = setting(0.5, "ridge lambda of the subspace coordinates", lo=0, lo_open=True)
+    select_rounds: int = setting(5, "the core set is re-chosen at the end of the first rounds, then fixed", lo=0)
+
+    def check(self, cfg) -> None:
+        if self.core is not None and self.core > cfg.n_clients:
+            raise ValueError(f"method_args['core'] ({self.core}) must not exceed n_clients ({cfg.n_clients}): "
+                             "the core set is drawn from the clients")
+
+
 class FedSteer(MIFA):
     """FedSteer: FedVARP's step, the cache seen through the subspace of a core set of clients."""
+
+    Settings = FedSteerSettings
 
     def setup(self, setup) -> None:
         super().setup(setup)
         cfg = self.cfg
-        self.K = cfg.fedsteer_core or min(10, cfg.n_clients)  # Config refuses a core larger than n_clients
-        self.lam = cfg.fedsteer_lambda
+        self.K = self.settings.core or min(10, cfg.n_clients)  # Config refuses a core larger than n_clients
+        self.lam = self.settings.lambda_
         rng = np.random.default_rng(seed_for("fedsteer_subspace", cfg.seed))
         self.core = sorted(int(i) for i in rng.choice(cfg.n_clients, size=self.K, replace=False))
         self.S = torch.zeros(cfg.n_clients, self.K, device=setup.device)  # s_i: coordinates of client i
@@ -142,7 +162,7 @@ class FedSteer(MIFA):
         if ids:  # + sum_{i in A} (d_i / p_i)(u_i - h_i)
             out.add_((U - Q @ self.S[ids].T) @ (self.d[ids] / self.p[ids]))
         self._store_fresh()
-        if r < self.cfg.fedsteer_select_rounds:
+        if r < self.settings.select_rounds:
             self.core = self.select_core(r)
         return out
 

@@ -1,0 +1,159 @@
+"""A method's own settings: a small frozen dataclass declared beside the method, validated where it is declared.
+
+    @dataclass(frozen=True)
+    class FedSteerSettings(Settings):
+        prefix: ClassVar[str] = "fedsteer"
+        core: int | None = setting(None, "K, the core set's clients (None: min(10, N))", lo=1)
+        lambda_: float = setting(0.5, "ridge lambda of the subspace coordinates", lo=0, lo_open=True)
+
+    class FedSteer(Method):
+        Settings = FedSteerSettings          # the method reads self.settings.core
+
+A run gives them as `Config(method="fedsteer", method_args={"core": 5})`; the command line as
+`fedfrozen run --method fedsteer --fedsteer-core 5` (flags and their --help generated from these fields).
+The flat name `{prefix}_{field}` (e.g. `fedsteer_core`, where a field is declared) is the setting's one other
+spelling: the deprecated Config keyword of earlier versions, and the name the results cache keys it by, so
+cached runs stay found. A trailing underscore (`lambda_`) only avoids a Python keyword; the name is `lambda`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from typing import ClassVar
+
+__all__ = ["Settings", "setting", "spec", "flat_name", "annotation_type"]
+
+
+def setting(default, help: str, *, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False,
+            choices: tuple | None = None):
+    """A settings field: its default, one line of help (the flag's --help), and its range or choices (checked
+    by Settings.create, with an error naming the method and the setting)."""
+    meta = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "choices": choices}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("a setting's default must be immutable (a tuple, not a list)")
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _name(field: str) -> str:
+    return field[:-1] if field.endswith("_") else field
+
+
+def _type(cls, field: str) -> tuple:
+    """(base, element, optional) of a settings field's annotation (bool, int, float, str or tuple)."""
+    return annotation_type(typing.get_type_hints(cls)[field])
+
+
+def annotation_type(hint) -> tuple:
+    """(base, element, optional) of a dataclass field's resolved annotation: base is bool, int, float, str, dict
+    or tuple; element the type of a tuple's items (else None); optional whether None is allowed."""
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional, hint = len(args) < len(typing.get_args(hint)), args[0]
+    base = typing.get_origin(hint) or hint
+    elem = next((a for a in typing.get_args(hint) if a is not Ellipsis), None) if base is tuple else None
+    return base, elem, optional
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The base of every method's settings (it has none). `prefix`: the flags' and flat names' prefix."""
+
+    prefix: ClassVar[str] = ""
+
+    @classmethod
+    def fields(cls) -> dict:
+        """name (as users write it) -> dataclass field."""
+        return {_name(f.name): f for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def create(cls, method: str, args: dict) -> "Settings":
+        """The settings of `method` from `args` (name -> value; absent names keep their defaults), every value
+        checked against its annotation and range: a clear ValueError naming method_args[name] otherwise (the checks
+        across fields, `check`, need the Config and run when the Method is built)."""
+        if not isinstance(args, dict):
+            raise ValueError(f"method_args must be a dict of {method!r}'s settings; got {args!r}")
+        fields = cls.fields()
+        unknown = sorted(set(args) - set(fields))
+        if unknown:
+            known = ", ".join(fields) or "none"
+            raise ValueError(f"method_args: method {method!r} has no setting(s) {unknown} (its settings: {known})")
+        values = {}
+        for name, f in fields.items():
+            value = args.get(name, f.default)
+            values[f.name] = _check(cls, method, name, f, value)
+        return cls(**values)
+
+    def check(self, cfg) -> None:
+        """Checks across fields or against the run's Config (a subclass's; called when the Method is built);
+        each field's own type and range are checked by `create`."""
+
+    def changed(self) -> dict:
+        """name -> value of the settings that differ from their defaults (what a Config stores)."""
+        return {name: getattr(self, f.name) for name, f in self.fields().items() if getattr(self, f.name) != f.default}
+
+    def __getitem__(self, name: str):
+        return getattr(self, self.fields()[name].name)
+
+
+def _check(cls, method: str, name: str, f, value):
+    """`value` for field `f` of `cls`, normalised (ints of float fields become floats, lists tuples), or a
+    ValueError naming method_args[name]."""
+    base, elem, optional = _type(cls, f.name)
+    where = f"method_args[{name!r}] of method {method!r}"
+    meta = f.metadata
+    if value is None:
+        if not optional:
+            raise ValueError(f"{where} must not be None")
+        return None
+    if base is bool:
+        ok, want = isinstance(value, bool), "True or False"
+    elif base is int:
+        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif base is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        want = "a finite number"
+        value = float(value) if ok else value
+    elif base is str:
+        ok, want = isinstance(value, str), "a string"
+    elif base is tuple:
+        ok = isinstance(value, (tuple, list)) and all(
+            isinstance(v, elem) and not (elem is int and isinstance(v, bool)) for v in value)
+        want = f"a list of {elem.__name__}s"
+        value = tuple(value) if ok else value
+    else:  # pragma: no cover - a new annotation kind needs a rule here
+        raise TypeError(f"{cls.__name__}.{f.name}: no type rule for {base!r}")
+    if not ok:
+        raise ValueError(f"{where} must be {want}; got {value!r} ({type(value).__name__})")
+    if meta.get("choices") is not None and value not in meta["choices"]:
+        raise ValueError(f"{where} must be one of {', '.join(map(str, meta['choices']))}; got {value!r}")
+    items = value if base is tuple else (value,)
+    lo, hi = meta.get("lo"), meta.get("hi")
+    for v in items:
+        if lo is not None and (v <= lo if meta["lo_open"] else v < lo) or hi is not None and (
+                v >= hi if meta["hi_open"] else v > hi):
+            lo_s = "" if lo is None else (f"> {lo}" if meta["lo_open"] else f">= {lo}")
+            hi_s = "" if hi is None else (f"< {hi}" if meta["hi_open"] else f"<= {hi}")
+            bound = " and ".join(s for s in (lo_s, hi_s) if s)
+            raise ValueError(f"{where} must be {bound}" + (" (each)" if base is tuple else "") + f"; got {value!r}")
+    return value
+
+
+def flat_name(cls, name: str) -> str:
+    """The flat spelling `{prefix}_{name}` of setting `name`, with the prefix of the class that declares it
+    (FedACT's settings extend FedAdamW's: its `gamma` stays `fedadamw_gamma`)."""
+    field = cls.fields()[name].name
+    for klass in reversed(cls.__mro__):
+        if field in getattr(klass, "__annotations__", {}):
+            return f"{klass.__dict__.get('prefix', cls.prefix)}_{name}"
+    raise KeyError(name)  # pragma: no cover - fields() comes from the same annotations
+
+
+def spec(cls) -> list[dict]:
+    """One dict per setting of `cls`: name, flat name, default, help, (base, element, optional) type."""
+    return [{"name": name, "flat": flat_name(cls, name), "default": f.default, "help": f.metadata.get("help", ""),
+             "type": _type(cls, f.name)} for name, f in cls.fields().items()]
