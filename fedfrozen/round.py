@@ -48,7 +48,7 @@ class Plan:
     client_sq: dict = field(default_factory=dict)  # group -> sum_i p_i ||D_i,g||^2 (drift), filled by fold
     bytes_down: int = 0
     bytes_up: int = 0
-    masks: dict | None = None  # cid -> the client's mask as the server sent it (a Flower client); None: client_mask
+    masks: dict | None = None  # cid -> the mask the server sent a client (Flower); the others ask client_mask
 
     @property
     def stage(self) -> int:
@@ -137,9 +137,11 @@ class Round:
         """The update of the client whose weights the model holds (client - global), in the round's buffer."""
         return torch.sub(self.s.flat.data, self.x, out=self.delta)
 
-    def fold(self, plan: Plan, cid: int, delta: torch.Tensor, weight: float) -> None:
-        """Client `cid`'s update into the round: what it sends (upload), the accumulator, the drift sums."""
-        self.method.upload(plan.r, cid, delta)
+    def fold(self, plan: Plan, cid: int, delta: torch.Tensor, weight: float, uploaded: bool = False) -> None:
+        """Client `cid`'s update into the round: what it sends (upload; already done by a client elsewhere when
+        `uploaded`), the accumulator, the drift sums."""
+        if not uploaded:
+            self.method.upload(plan.r, cid, delta)
         self.method.aggregate(self.acc, cid, delta, weight)
         for g, sq in self.s.flat.group_sq_norms(delta).items():
             plan.client_sq[g] += weight * sq
@@ -190,7 +192,7 @@ class LocalTraining:
         s, method, opt = self.s, self.method, self.opt
         s.flat.data.copy_(x)
         opt.reset()  # a fresh local optimiser state per client per round
-        cmask = method.client_mask(plan.r, cid) if plan.masks is None else plan.masks.get(cid)
+        cmask = plan.masks[cid] if plan.masks and cid in plan.masks else method.client_mask(plan.r, cid)
         opt.mask = cmask
         trains = plan.mask if cmask is None else cmask * plan.mask
         method.init_client(plan.r, cid, None if self.use_batched else opt, trains)

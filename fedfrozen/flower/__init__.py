@@ -11,14 +11,15 @@ replica of the method. The ServerApp (`fedfrozen.flower.server:app`) holds the m
 round (`fedfrozen.round.Round`: stage switch, sampling, aggregation, server optimiser, adaptive schedules) inside
 a Flower strategy, and writes the same History as the in-process loop. What travels: the Config as JSON, the
 round's frozen groups, lr, value penalty, prox weight and the sampled partition ids in the ConfigRecord; the
-global arrays down (the frozen block once per stage) and the trainable ones up; what the method's split hooks
+global arrays down (the frozen block once per stage) and each client's update up (its trainable part, as
+Method.upload left it); what the method's split hooks
 carry (`Method.to_client` down, e.g. SCAFFOLD's c or a layer mask; `Method.to_server` up, e.g. c_i+ - c_i).
 What a client keeps across rounds (`Method.client_state`: SCAFFOLD's c_i, FedDyn's h_i) lives in its node's
 Context.state, tagged with the run's config and stage (a stage switch drops it).
 
-A method whose client-side hooks need state the split hooks do not carry (the FedAdamW family, FedSLM, AFedLF,
-head pruning) is refused before any node starts: `check_supported` gives the reason `Method.cannot_run("flower")`
-gives.
+Every registered method runs here; a plugin whose client-side hooks need state its split hooks do not carry
+(`Method.split` is False) is refused before any node starts: `check_supported` gives the reason
+`Method.cannot_run("flower")` gives.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
                  kept: dict | None = None) -> tuple[dict, dict, dict, dict]:
     """Client `cid`'s round r from the global `state` (parameter name -> tensor), as fedfrozen.loop trains it: a
     replica of the method (same Config) runs the client-side hooks between `sent` (what Method.to_client gave for
-    this client) and `kept` (its client_state of its last round in this stage). Returns (trainable arrays,
+    this client) and `kept` (its client_state of its last round in this stage). Returns (its update per trainable
+    parameter, client - global after Method.upload,
     metrics, what goes to the server (Method.to_server), what the client keeps (Method.client_state))."""
     s = _setup(cfg)
     flat = s.flat
@@ -66,13 +67,16 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
     mask = (sent or {}).get("mask")
     plan = Plan(r, frozen, float(conf["lr"]), float(conf["value-l2"]), [cid], np.ones(1),
                 float(conf["proximal-mu"]), False, flat.mask(trainable), flat.group_bytes(trainable),
-                masks={cid: None if mask is None else mask.to(flat.data.dtype)})
+                masks={} if mask is None else {cid: mask.to(flat.data.dtype)})  # else: the client's own client_mask
     (c,) = training.train(plan, x_global)  # the loop's local step, hooks included
     delta = flat.data - x_global
     method.upload(r, cid, delta)
     method.after_client(r, cid, delta, c.steps, plan.lr, c.trains)
     keep = {name for g in trainable for name in qkv.param_groups(s.model)[g]}
-    arrays = {name: p.detach().clone() for name, p in s.model.named_parameters() if name in keep}
+    # the update as the method's upload left it (FedSLM truncates it), per trainable parameter: the server folds it
+    # as it is (no re-subtraction of the global weights, so the same bits as the loop's)
+    arrays = {name: delta[a:b].view(p.shape).clone() for name, p in s.model.named_parameters() if name in keep
+              for a, b in [flat.param_range[name]]}
     metrics = {"num-examples": len(s.client_train[cid]), "train-loss": c.loss, "steps": c.steps, "partition-id": cid}
     return arrays, metrics, dict(method.to_server(r, cid)), dict(method.client_state(cid))
 
@@ -105,7 +109,7 @@ def train(msg: Message, context: Context) -> Message:
     sent = _tensors(msg.content["method"], cid) if "method" in msg.content else {}
     arrays, metrics, up, keep = train_client(cfg, cid, r, state, conf, sent, kept_state(context, cfg, frozen))
     keep_state(context, cfg, frozen, keep)
-    content = {"arrays": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)}
+    content = {"update": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)}
     if up:
         content["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in up.items()})
     return Message(RecordDict(content), reply_to=msg)

@@ -71,10 +71,8 @@ class FedFrozenStrategy(FedAvg):
         full = ArrayRecord(torch_state_dict=state)
         messages, self.bytes_down_wire = [], 0
         sampled = set(self.sampled)
-        # the method's server side: what each sampled client's hooks read (SCAFFOLD's c, a layer mask); the loop
-        # asks client_mask per client too (for the bytes), in the sampled order
+        # the method's server side: what each sampled client's hooks read (SCAFFOLD's c, a layer mask)
         self.to_client = {cid: self.method.to_client(r, cid) for cid in self.sampled}
-        self.masks = {cid: self.method.client_mask(r, cid) for cid in self.sampled}
         for node in self._nodes(grid):
             part = self.node_partition.get(node)
             if part is not None and part not in sampled:
@@ -117,7 +115,7 @@ class FedFrozenStrategy(FedAvg):
             cid = int(m["partition-id"])
             self.node_partition[node] = cid
             if int(m["num-examples"]) > 0:
-                results[cid] = (msg.content["arrays"], m, msg.content["method"].to_torch_state_dict()
+                results[cid] = (msg.content["update"], m, msg.content["method"].to_torch_state_dict()
                                 if "method" in msg.content else {})
         done = [cid for cid in self.sampled if cid in results]
         rnd, plan = self.rnd, self.plan
@@ -129,14 +127,15 @@ class FedFrozenStrategy(FedAvg):
             p = float(m["num-examples"]) / total
             state = arrays.to_torch_state_dict()
             rnd.delta.zero_()
-            for name, t in state.items():
+            for name, t in state.items():  # the client's update, as its Method.upload left it
                 a, b = flat.param_range[name]
-                rnd.delta[a:b] = t.reshape(-1) - rnd.x[a:b]
+                rnd.delta[a:b] = t.reshape(-1)
             bytes_up_wire += arrays.count_bytes() + (msg_bytes(up) if up else 0)
             train_loss += p * float(m["train-loss"])
-            rnd.fold(plan, cid, rnd.delta, p)
-            method.from_client(r, cid, up)  # the server's side of after_client
-            down, up_bytes = exchanged_bytes(self.s, method, plan, cid, self.masks[cid])  # the loop's count
+            method.from_client(r, cid, up, p)  # the server's side of after_client, before the update is folded
+            rnd.fold(plan, cid, rnd.delta, p, uploaded=True)  # (the client ran upload)
+            mask = method.client_mask(r, cid)  # (asked after the reply: a client may choose its own, head pruning)
+            down, up_bytes = exchanged_bytes(self.s, method, plan, cid, mask)  # the loop's count
             plan.bytes_down += down + rnd.frozen_block_bytes(plan, cid)
             plan.bytes_up += up_bytes
         row = rnd.close(plan, train_loss if done else math.nan, joined=done)  # the loop's server step and row

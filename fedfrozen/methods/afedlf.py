@@ -60,8 +60,7 @@ class AFedLF(Method):
     Settings = AFedLFSettings
 
     batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
-    not_on = {"flower": "its per-client frozen prefixes and prefix activation caches (client_mask, client_forward) "
-                        "are not carried by split hooks yet"}
+    split = True  # gains and versions down, the cache kept on the client, the loss drop and cache hit up
     results_revision = 1  # 1: the device profiles draw from their own seed (they shared skewed participation's)
 
     def setup(self, setup) -> None:
@@ -105,10 +104,14 @@ class AFedLF(Method):
         self.masks = {cid: None if f == 0 else (self.layer > f).to(self.s.flat.data.dtype) for cid, f in self.depths.items()}
         self.round_seconds = max(self.time_of(cid, f) for cid, f in self.depths.items())
         self.hits = 0
-        self.loss_before = {cid: probe_loss(self.s, cid) for cid in sampled}  # at the global weights
+        self.loss_before = {}
 
     def client_mask(self, r: int, cid: int):
         return self.masks[cid]
+
+    def init_client(self, r: int, cid: int, opt, mask) -> None:
+        super().init_client(r, cid, opt, mask)
+        self.loss_before[cid] = probe_loss(self.s, cid)  # at the global weights, on the client's own data
 
     # --- the prefix cache ---------------------------------------------------------------------
     def _prefix(self, x: torch.Tensor, f: int) -> torch.Tensor:
@@ -146,10 +149,48 @@ class AFedLF(Method):
     # --- gains, versions, clock ---------------------------------------------------------------
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
-        f = self.depths[cid]
         observed = self.loss_before[cid] - probe_loss(self.s, cid)
+        self.reported = {"observed": torch.tensor([observed], dtype=torch.float64),
+                         "hit": torch.tensor([self.hits])}  # a client's replica counts its own hit only
+        self._learn(self.depths[cid], observed)
+
+    def _learn(self, f: int, observed: float) -> None:
+        """The gain of depth f from a client's observed loss drop (an exponential average, in the sampled order)."""
         if math.isfinite(observed):
             self.gain[f] = 0.5 * self.gain[f] + 0.5 * max(observed, 1e-6)
+
+    # on a federation: the gains and layer versions go down (each client then finds its depth and its cache key as
+    # the server does), the cache stays on the client, the observed loss drop and the cache hit come up
+    def to_client(self, r: int, cid: int) -> dict:
+        return {**self.local.to_client(cid), "gain": torch.tensor(self.gain, dtype=torch.float64),
+                "version": self.version}
+
+    def from_server(self, r: int, cid: int, tensors: dict) -> None:
+        super().from_server(r, cid, tensors)
+        self.gain = [float(g) for g in tensors["gain"]]
+        self.version = tensors["version"].cpu().clone()
+
+    def client_state(self, cid: int) -> dict:
+        if cid not in self.store:
+            return super().client_state(cid)
+        f, versions = self.keys[cid]
+        return {**super().client_state(cid), "cache": self.store[cid], "cache_key": torch.tensor([f, *versions])}
+
+    def load_client_state(self, cid: int, state: dict) -> None:
+        super().load_client_state(cid, state)
+        self.store.pop(cid, None)
+        self.keys.pop(cid, None)
+        if "cache" in state:
+            k = [int(v) for v in state["cache_key"]]
+            self.store[cid], self.keys[cid] = state["cache"].to(self.s.flat.data.device), (k[0], tuple(k[1:]))
+
+    def to_server(self, r: int, cid: int) -> dict:
+        return {**super().to_server(r, cid), **self.reported}
+
+    def from_client(self, r: int, cid: int, tensors: dict, weight: float) -> None:
+        super().from_client(r, cid, tensors, weight)
+        self._learn(self.depths[cid], float(tensors["observed"][0]))
+        self.hits += int(tensors["hit"][0])
 
     def server_update(self, r, x, acc, mask, sampled) -> None:
         super().server_update(r, x, acc, mask, sampled)

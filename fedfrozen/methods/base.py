@@ -28,6 +28,7 @@ buffers and the order of events; at each point where methods differ it calls a h
     on a federation (Flower) the server's replica runs the server-side hooks, each client's replica the client-side
     ones, and the split hooks carry what crosses: to_client(r, i) -> from_server on the client, client_state /
     load_client_state across its rounds, to_server(r, i) -> from_client on the server in place of after_client
+    (before the client's update is folded)
     state_dict() / load_state_dict()              everything needed for a bit-exact resume
 
 Most methods are compositions of three parts, each replaceable by name through Config: a local
@@ -295,8 +296,9 @@ class Method:
         """Client side, after after_client: what the server's state needs from client `cid`."""
         return self.local.to_server(cid)
 
-    def from_client(self, r: int, cid: int, tensors: dict) -> None:
-        """Server side, in place of after_client (in the sampled order): fold what to_server sent."""
+    def from_client(self, r: int, cid: int, tensors: dict, weight: float) -> None:
+        """Server side, in place of after_client: what to_server sent, as each reply is taken in the sampled order
+        and before its update is folded (aggregate); `weight` is the client's p_i in the round."""
         self.local.from_client(cid, tensors)
 
     # --- state --------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ class FedAdamW(Method):
     """FedAvg with FedAdamW's local optimiser state from the server and its pull along Δ̄^{r-1}."""
 
     Settings = FedAdamWSettings
+    split = True  # to_client / to_server below carry Δ̄, v̄ and t down, the v means and K up
     batched = False  # sets the local optimiser's state (init_client) and adds a per-step term
 
     def setup(self, setup) -> None:
@@ -94,12 +95,42 @@ class FedAdamW(Method):
 
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
-        opt, p = self.opt, self.weight[cid]
+        opt = self.opt
         full = opt.second_moments()
-        means = torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size
-        self.v_sum.add_(means, alpha=p)
-        self.steps_sum += p * steps
+        self.reported = {"v_means": torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size,
+                         "steps": torch.tensor([steps])}  # what the client uploads besides Δ_i
         opt.clear_client_rules()  # (step_rule: FedLADA's and FedACT's local steps)
+        if cid in self.weight:  # in one process the server's side follows at once (on a federation: from_client)
+            self._fold(self.weight[cid], self.reported)
+
+    def _fold(self, p: float, reported: dict) -> None:
+        """The server's side: a client's v means and steps into the round's sums, weighted by its p_i."""
+        self.v_sum.add_(reported["v_means"], alpha=p)
+        self.steps_sum += p * int(reported["steps"][0])
+
+    # on a federation: x, Δ̄ and v̄ (with the counter) go down, the v means and K up (as counted in client_bytes)
+    def to_client(self, r: int, cid: int) -> dict:
+        out = super().to_client(r, cid)
+        if self.gamma:
+            out["delta_bar"] = self.delta_bar
+        if self.shared:
+            out |= {"v_bar": self.v_bar, "t": torch.tensor([self.t])}
+        return out
+
+    def from_server(self, r: int, cid: int, tensors: dict) -> None:
+        super().from_server(r, cid, tensors)
+        if self.gamma:
+            self.delta_bar.copy_(tensors["delta_bar"])
+        if self.shared:
+            self.v_bar.copy_(tensors["v_bar"])
+            self.t = int(tensors["t"][0])
+
+    def to_server(self, r: int, cid: int) -> dict:
+        return {**super().to_server(r, cid), **self.reported}
+
+    def from_client(self, r: int, cid: int, tensors: dict, weight: float) -> None:
+        super().from_client(r, cid, tensors, weight)
+        self._fold(weight, tensors)
 
     def server_update(self, r, x, acc, mask, sampled) -> None:
         super().server_update(r, x, acc, mask, sampled)

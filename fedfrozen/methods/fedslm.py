@@ -81,6 +81,7 @@ class FedSLM(Method):
     """FedAvg over clients that hold rank-r_g truncations of the body's linear layers (and optional adapters)."""
 
     Settings = FedSLMSettings
+    split = True  # nothing crosses but the update: groups come from the seed, bases from the global weights
     batched = False  # each client starts from its own group's truncated weights
 
     def setup(self, setup) -> None:

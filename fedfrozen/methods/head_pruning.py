@@ -79,8 +79,7 @@ class HeadPruning(Method):
     """FedAvg where each client trains its most confident heads and the server averages heads by confidence."""
 
     Settings = HeadPruningSettings
-    not_on = {"flower": "each client's head mask comes from confidences measured on its own data (client_mask, "
-                        "after_client), which its split hooks do not carry yet"}
+    split = True  # each client measures and masks its heads; to_server carries its confidences and importance
 
     def setup(self, setup) -> None:
         super().setup(setup)
@@ -142,22 +141,45 @@ class HeadPruning(Method):
         self.conf = {}
         self.masks = {}
         self.loss_before = {}
-        for cid in sampled:  # the resident model holds the round's global weights; probing does not change them
-            conf, loss = self._probe(cid)
-            if self.settings.weighting == "uniform":
-                conf = torch.ones_like(conf)
-            top = torch.topk(conf, self.keep).indices if self.keep < self.n_heads else torch.arange(self.n_heads)
-            trained = torch.zeros(self.n_heads, dtype=torch.bool, device=conf.device)
-            trained[top] = True
-            self.conf[cid], self.loss_before[cid] = conf * trained, loss
-            self.masks[cid] = (~self.is_head | trained[self.head.clamp(min=0)]).to(self.s.flat.data.dtype)
+
+    def _measure(self, cid: int) -> None:
+        """The client's head confidences on its probe samples (the resident model holds the round's global
+        weights; probing does not change them), its top heads and its mask."""
+        conf, loss = self._probe(cid)
+        if self.settings.weighting == "uniform":
+            conf = torch.ones_like(conf)
+        top = torch.topk(conf, self.keep).indices if self.keep < self.n_heads else torch.arange(self.n_heads)
+        trained = torch.zeros(self.n_heads, dtype=torch.bool, device=conf.device)
+        trained[top] = True
+        self._set(cid, conf * trained)
+        self.loss_before[cid] = loss
+
+    def _set(self, cid: int, conf: torch.Tensor) -> None:
+        """Client cid's confidences of the heads it trains (0 for the others) and its mask."""
+        self.conf[cid] = conf
+        trained = conf > 0  # a confidence is a mean of softmax maxima (> 0); uniform weighting gives ones
+        self.masks[cid] = (~self.is_head | trained[self.head.clamp(min=0)]).to(self.s.flat.data.dtype)
 
     def client_mask(self, r: int, cid: int) -> torch.Tensor:
+        if cid not in self.masks:  # measured on the client's data before it trains (lazily: on a federation,
+            self._measure(cid)     # each client measures its own)
         return self.masks[cid]
 
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
         self.importance[cid] = self.loss_before[cid] - probe_loss(self.s, cid)
+
+    # on a federation each client measures its heads; its confidences and importance come up (counted in bytes)
+    def to_client(self, r: int, cid: int) -> dict:
+        return self.local.to_client(cid)  # no mask: the client chooses its heads
+
+    def to_server(self, r: int, cid: int) -> dict:
+        return {**super().to_server(r, cid), "conf": self.conf[cid], "importance": self.importance[cid:cid + 1]}
+
+    def from_client(self, r: int, cid: int, tensors: dict, weight: float) -> None:
+        super().from_client(r, cid, tensors, weight)
+        self._set(cid, tensors["conf"].to(self.s.flat.data.device))
+        self.importance[cid] = tensors["importance"][0]
 
     def client_bytes(self, r, cid, payload, trainable) -> tuple[int, int]:
         f = self.local.exchange_factor
@@ -176,7 +198,7 @@ class HeadPruning(Method):
         super().server_update(r, x, acc, mask, sampled)
 
     def on_round_end(self, r: int, row: dict, history) -> bool | None:
-        row["heads_trained"] = {str(c): int((self.conf[c] > 0).sum()) for c in self.sampled}
+        row["heads_trained"] = {str(c): int((self.conf[c] > 0).sum()) for c in self.sampled if c in self.conf}
         return super().on_round_end(r, row, history)
 
     def state_dict(self) -> dict:
