@@ -196,7 +196,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
     hist = History(config=cfg.to_dict(), env=environment(str(s.device)))
     start = 0
     if resume_from is not None:
-        start = _load_checkpoint(resume_from, cfg, rnd.x, method, hist, rnd.received_frozen)
+        start = load_checkpoint(resume_from, cfg, rnd.x, method, hist, rnd.received_frozen)
     rnd.start(start)
     last_save = time.perf_counter()
 
@@ -294,7 +294,9 @@ def _stored_config(d: dict) -> dict:
         return d
 
 
-def _load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
+def load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
+    """Load a checkpoint of `cfg` written by save_checkpoint into the global weights, the method, the History and
+    the set of clients holding the frozen block; the round to continue at. CheckpointError if it cannot be used."""
     try:
         state = torch.load(path, map_location=x_global.device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -362,3 +363,27 @@ def test_a_supernode_that_exits_before_joining_is_started_once_more(tmp_path):
         launch._await_joined({"broken": args}, start, tmp_path, timeout=60)
     for p in procs:
         p.wait(timeout=30)
+
+
+def test_a_resumed_flower_run_equals_an_uninterrupted_one(tmp_path):
+    """SCAFFOLD on Flower, stopped after 2 of 4 rounds and run again: the server continues from its checkpoint,
+    each client from the c_i it kept in its folder (the new run's Context.state starts empty); every round equals
+    the uninterrupted run's and the loop's, across the stage switch."""
+    cfg = tiny_config(method="fedfrozen_scaffold", n_clients=3, clients_per_round=2, rounds=4, warmup_rounds=3)
+    keep = dict(checkpoint=tmp_path / "server.pt", client_state_dir=tmp_path / "clients")
+    fl.simulate(cfg, tmp_path / "cut.json", stop_after=2, **keep)
+    assert (tmp_path / "server.pt").exists() and not (tmp_path / "cut.json").exists()  # no History until it is done
+    kept = sorted(p.name.split("-")[1] for p in (tmp_path / "clients").iterdir())
+    assert kept and set(kept) <= {"client0.pt", "client1.pt", "client2.pt"}  # the clients that trained so far
+    shutil.copy(tmp_path / "server.pt", tmp_path / "server_only.pt")
+    fl.simulate(cfg, tmp_path / "resumed.json", **keep)
+    fl.simulate(cfg, tmp_path / "forgot.json", checkpoint=tmp_path / "server_only.pt")  # the clients' c_i lost
+    (tmp_path / "whole").mkdir()
+    resumed, whole = ff.History.load(tmp_path / "resumed.json"), flower_history(cfg, tmp_path / "whole")
+    loop = ff.run(cfg, progress=False)
+    assert [r["round"] for r in resumed.rows] == [0, 1, 2, 3]
+    assert [(r["test_acc"], r["test_loss"]) for r in resumed.rows] == [(r["test_acc"], r["test_loss"]) for r in whole.rows]
+    forgot = ff.History.load(tmp_path / "forgot.json")  # a control: without the clients' state the run differs
+    assert forgot.rows[:2] == resumed.rows[:2] and forgot.rows[2]["test_loss"] != whole.rows[2]["test_loss"]
+    assert [r["test_acc"] for r in resumed.rows] == pytest.approx([r["test_acc"] for r in loop.rows], abs=1e-6)
+    assert [r["stage"] for r in resumed.rows] == [1, 1, 1, 2]

@@ -63,13 +63,18 @@ def config_from_run(run_config: dict) -> Config:
     return Config.from_dict(base)
 
 
-def simulate(cfg: Config, out, *, fail: str = "", verbose: bool = False) -> None:
+def simulate(cfg: Config, out, *, fail: str = "", verbose: bool = False, checkpoint=None, client_state_dir=None,
+             stop_after: int | None = None) -> None:
     """Run `cfg` through Flower's simulation runtime (one SuperNode per client) and write its History to
-    `out`. `fail="round:partition,..."` makes those clients raise in those rounds (to test failures)."""
-    simulate_many([(cfg, out)], fail=fail, verbose=verbose)
+    `out`. `fail="round:partition,..."` makes those clients raise in those rounds (to test failures).
+    `checkpoint`: the server keeps its state there and continues from it when it exists; `client_state_dir`: where
+    the clients keep theirs (both together make a resumable run); `stop_after`: stop after that many rounds."""
+    resume = {"checkpoint": str(checkpoint or ""), "client_state_dir": str(client_state_dir or ""),
+              "stop_after": stop_after}
+    simulate_many([(cfg, out)], fail=fail, verbose=verbose, _resume=resume)
 
 
-def simulate_many(runs, *, fail: str = "", verbose: bool = False) -> None:
+def simulate_many(runs, *, fail: str = "", verbose: bool = False, _resume=None) -> None:
     """Run each (Config, out) of `runs` in turn on one Flower simulation (one SuperNode per client, one runtime
     started once), writing each History to its `out`. The configs must agree on n_clients; every one is checked
     (check_supported) before any node starts. `fail` applies to the first."""
@@ -88,7 +93,8 @@ def simulate_many(runs, *, fail: str = "", verbose: bool = False) -> None:
     if any(c.n_clients != cfg.n_clients for c, _ in runs):
         raise ValueError(f"runs: every config must have the first's n_clients ({cfg.n_clients}): one node per client")
     try:
-        run_simulation(server_app=make_server_app(cfg, out, fail=fail, more=runs[1:]), client_app=client_app,
+        run_simulation(server_app=make_server_app(cfg, out, fail=fail, more=runs[1:], **(_resume or {})),
+                       client_app=client_app,
                        num_supernodes=cfg.n_clients,
                        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
                        verbose_logging=verbose)

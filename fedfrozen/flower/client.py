@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from .. import loop, methods, qkv
 from ..config import Config
+from ..io import atomic_write
 from ..round import LocalTraining, Plan
 
 __all__ = ["app", "train_client", "failing", "kept_state", "keep_state"]
@@ -107,26 +110,50 @@ def train(msg: Message, context: Context) -> Message:
     if cid not in [int(i) for i in conf["sampled"]]:
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": cid})}), reply_to=msg)
     sent = _tensors(msg.content["method"], cid) if "method" in msg.content else {}
-    arrays, metrics, up, keep = train_client(cfg, cid, r, state, conf, sent, kept_state(context, cfg, frozen))
-    keep_state(context, cfg, frozen, keep)
+    folder = str(conf.get("client-state-dir", ""))
+    arrays, metrics, up, keep = train_client(cfg, cid, r, state, conf, sent,
+                                             kept_state(context, cfg, frozen, r, folder))
+    keep_state(context, cfg, frozen, keep, r, folder)
     content = {"update": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)}
     if up:
         content["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in up.items()})
     return Message(RecordDict(content), reply_to=msg)
 
 
-def kept_state(context: Context, cfg: Config, frozen) -> dict:
-    """What this node's client kept (Method.client_state) in its last round of this run's config and stage; {}
-    after a stage switch (as Method.on_stage_switch drops client state) or in another run."""
-    if CLIENT_KEY in context.state and str(context.state[STAGE_KEY]["stage"]) == _stage(cfg, frozen):
-        return context.state[CLIENT_KEY].to_torch_state_dict()
+def kept_state(context: Context, cfg: Config, frozen, r: int = 0, folder: str = "") -> dict:
+    """What this node's client kept (Method.client_state) in its last round before `r` of this run's config and
+    stage; {} after a stage switch (as Method.on_stage_switch drops client state) or in another run. From the
+    node's Context.state, or (a resumed run starts with an empty one) from its file in `folder`."""
+    stage = _stage(cfg, frozen)
+    if CLIENT_KEY in context.state:
+        return context.state[CLIENT_KEY].to_torch_state_dict() if str(context.state[STAGE_KEY]["stage"]) == stage else {}
+    if folder:
+        cid = int(context.node_config["partition-id"])
+        entries = [e for e in _entries(_state_file(folder, cfg, cid)) if e["round"] < r]  # not a round cut short
+        if entries and entries[-1]["stage"] == stage:
+            return entries[-1]["state"]
     return {}
 
 
-def keep_state(context: Context, cfg: Config, frozen, state: dict) -> None:
-    """Keep `state` in the node's Context.state for the client's next round, tagged with config and stage."""
+def keep_state(context: Context, cfg: Config, frozen, state: dict, r: int = 0, folder: str = "") -> None:
+    """Keep `state` for the client's next round, tagged with config and stage: in the node's Context.state, and
+    in `folder` (atomically; the last two rounds', so a round a crash cut short is never read as done)."""
     context.state[CLIENT_KEY] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in state.items()})
     context.state[STAGE_KEY] = ConfigRecord({"stage": _stage(cfg, frozen)})
+    if folder:
+        path = _state_file(folder, cfg, int(context.node_config["partition-id"]))
+        entries = [e for e in _entries(path) if e["round"] < r][-1:]
+        entries.append({"round": r, "stage": _stage(cfg, frozen), "state": {k: v.detach().cpu() for k, v in state.items()}})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda tmp: torch.save(entries, tmp))
+
+
+def _state_file(folder: str, cfg: Config, cid: int) -> Path:
+    return Path(folder) / f"{_config_id(cfg)}-client{cid}.pt"
+
+
+def _entries(path: Path) -> list:
+    return torch.load(path, weights_only=True) if path.exists() else []
 
 
 def _stage(cfg: Config, frozen) -> str:

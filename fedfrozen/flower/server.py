@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -31,19 +32,23 @@ class FedFrozenStrategy(FedAvg):
     row's `failures`.
     """
 
-    def __init__(self, cfg: Config, fail: str = ""):
+    def __init__(self, cfg: Config, fail: str = "", checkpoint: str = "", client_state_dir: str = ""):
         super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=cfg.n_clients,
                          min_available_nodes=cfg.n_clients)
         check_supported(cfg)
-        self.cfg, self.fail = cfg, fail
+        self.cfg, self.fail, self.checkpoint, self.client_state_dir = cfg, fail, checkpoint, client_state_dir
         self.method = methods.build(cfg)
         self.s = loop.prepare(cfg)
         self.method.setup(self.s)
         self.flat = self.s.flat
         self.rnd = Round(self.s, self.method)  # the round's server side, as fedfrozen.loop.run runs it
-        self.rnd.start(0)
         self.hist = History(config=cfg.to_dict(), env=environment(str(self.s.device)))
         self.hist.env["runtime"] = "flower"
+        self.first = 0  # the round Flower's round 1 is: > 0 when this run continues from its checkpoint
+        if checkpoint and os.path.exists(checkpoint):
+            self.first = loop.load_checkpoint(checkpoint, cfg, self.rnd.x, self.method, self.hist,
+                                              self.rnd.received_frozen)
+        self.rnd.start(self.first)
         self.node_partition: dict[int, int] = {}
         self.received_frozen: set[int] = set()  # nodes holding the current frozen block
         self.sampled: list[int] = []
@@ -55,16 +60,16 @@ class FedFrozenStrategy(FedAvg):
         """One message per node. What goes down, as the loop counts it: the trainable arrays to every
         sampled client, the frozen block once per node after a stage switch (the node keeps it in its
         Context.state), nothing to a node whose partition is known and not sampled this round."""
-        r = server_round - 1
+        r = self.first + server_round - 1
         self.t0 = time.perf_counter()
         self.plan = plan = self.rnd.open(r)  # stage switch, lr, value penalty, sampling: the loop's opening
         frozen, self.sampled = plan.frozen, plan.sampled
         if plan.switched:
             self.received_frozen.clear()
-        conf = ConfigRecord({"server-round": server_round, "fedfrozen": json.dumps(self.cfg.to_dict()),
+        conf = ConfigRecord({"server-round": r + 1, "fedfrozen": json.dumps(self.cfg.to_dict()),
                              "frozen": ",".join(frozen), "lr": plan.lr, "value-l2": float(plan.value_l2),
                              "proximal-mu": float(plan.anchor_coeff), "sampled": [int(i) for i in self.sampled],
-                             "fail": self.fail})
+                             "fail": self.fail, "client-state-dir": self.client_state_dir})
         state = arrays.to_torch_state_dict()
         frozen_names = {n for g in frozen for n in qkv.param_groups(self.s.model)[g]}
         trainable = ArrayRecord(torch_state_dict={k: v for k, v in state.items() if k not in frozen_names})
@@ -102,7 +107,7 @@ class FedFrozenStrategy(FedAvg):
         return sorted(nodes)
 
     def aggregate_train(self, server_round: int, replies):
-        r = server_round - 1
+        r = self.first + server_round - 1
         flat, method = self.flat, self.method
         failures, results = [], {}
         for msg in replies:
@@ -145,6 +150,8 @@ class FedFrozenStrategy(FedAvg):
         row["seconds"] = time.perf_counter() - self.t0
         self.hist.append(row)
         method.on_round_end(r, self.hist.rows[-1], self.hist)
+        if self.checkpoint and r + 1 < self.cfg.rounds:  # the server's side; each client keeps its own state
+            loop.save_checkpoint(self.checkpoint, self.cfg, r + 1, rnd.x, method, self.hist, rnd.received_frozen)
         return self.initial_arrays(), MetricRecord({"train-loss": train_loss if done else 0.0})
 
 
@@ -159,23 +166,31 @@ def msg_bytes(tensors: dict) -> int:
     return ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in tensors.items()}).count_bytes()
 
 
-def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "") -> History:
-    """Run `cfg` on the nodes of `grid`; write the History to `out` (atomically) when given."""
-    strategy = FedFrozenStrategy(cfg, fail=fail)
-    strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=cfg.rounds)
-    if out:
+def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "", checkpoint: str = "",
+               client_state_dir: str = "", stop_after: int | None = None) -> History:
+    """Run `cfg` on the nodes of `grid`; write the History to `out` (atomically) when the run is complete.
+
+    checkpoint: a file the server keeps its state in after every round, and continues from when it exists (a
+    resumed run's History equals the uninterrupted one's). client_state_dir: a folder on each node's machine where
+    the client also keeps its Method.client_state (a new run's Context.state starts empty: this is what a resumed
+    run's clients read). stop_after: stop after this many rounds in all (to interrupt a run on purpose)."""
+    strategy = FedFrozenStrategy(cfg, fail=fail, checkpoint=checkpoint, client_state_dir=client_state_dir)
+    last = cfg.rounds if stop_after is None else min(stop_after, cfg.rounds)
+    if last > strategy.first:
+        strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=last - strategy.first)
+    if out and len(strategy.hist.rows) == cfg.rounds:
         strategy.hist.save(out)
     return strategy.hist
 
 
-def make_server_app(cfg: Config, out: str = "", fail: str = "", more=()) -> ServerApp:
-    """A ServerApp that runs `cfg`, then each (Config, out) of `more` on the same nodes, one after the other (for
-    fedfrozen.flower.simulate and simulate_many)."""
+def make_server_app(cfg: Config, out: str = "", fail: str = "", more=(), **resume) -> ServerApp:
+    """A ServerApp that runs `cfg` (run_server's checkpoint, client_state_dir, stop_after in `resume`), then each
+    (Config, out) of `more` on the same nodes, one after the other (fedfrozen.flower.simulate, simulate_many)."""
     server = ServerApp()
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        run_server(grid, cfg, out, fail)
+        run_server(grid, cfg, out, fail, **resume)
         for other, other_out in more:
             run_server(grid, other, str(other_out))
 
@@ -189,4 +204,5 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """`flwr run`: the Config from the run config (pyproject [tool.flwr.app.config], --run-config)."""
     rc = dict(context.run_config)
-    run_server(grid, config_from_run(rc), str(rc.get("out", "")), str(rc.get("fail", "")))
+    run_server(grid, config_from_run(rc), str(rc.get("out", "")), str(rc.get("fail", "")),
+               checkpoint=str(rc.get("checkpoint", "")), client_state_dir=str(rc.get("client-state-dir", "")))
