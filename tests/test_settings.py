@@ -186,3 +186,15 @@ def test_a_plugin_brings_its_own_settings_flags_and_checks():
         ff.methods.unregister("toy_every")
     with pytest.raises(TypeError, match="must subclass"):
         ff.methods.register("bad_settings", ff.methods.Method, summary="x", settings=dict)
+
+
+_WRONG = {bool: "yes", int: 1.5, float: "x", str: 3, tuple: "x"}
+
+
+@pytest.mark.parametrize("method, name", [(m, spec["name"]) for m in ff.methods.names()
+                                          for spec in ff.methods.settings.spec(ff.methods.settings_class(m))])
+def test_every_setting_of_every_method_refuses_a_wrong_type_by_name(method, name):
+    """Generated from the settings dataclasses (a new setting is covered too), as Config's fields are."""
+    spec = next(s for s in ff.methods.settings.spec(ff.methods.settings_class(method)) if s["name"] == name)
+    with pytest.raises(ValueError, match=rf"method_args\['{name}'\] of method '{method}' must be"):
+        ff.Config(method=method, method_args={name: _WRONG[spec["type"][0]]})
