@@ -62,14 +62,9 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 _SETTING = "setting:"  # argparse dest prefix of a method setting's flag
 
 
-def _setting_classes() -> dict:
-    """settings class -> the registered methods that read it, in registration order (one flag group each)."""
-    out: dict = {}
-    for name in methods.names():
-        cls = methods.settings_class(name)
-        if cls.fields():
-            out.setdefault(cls, []).append(name)
-    return out
+def _setting_classes() -> list:
+    """The settings classes of the registered methods that have settings, in registration order (a group each)."""
+    return list(dict.fromkeys(c for c in map(methods.settings_class, methods.names()) if c.fields()))
 
 
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:

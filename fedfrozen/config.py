@@ -15,7 +15,7 @@ from .methods.settings import annotation_type
 from .partition import PARTITIONS
 from .qkv import GROUPS
 
-__all__ = ["Config", "field_type"]
+__all__ = ["Config", "field_type", "stored_form"]
 
 _HINTS: dict = {}
 # thresholds whose limit means something: freeze_tau=inf (every round is a plateau), freeze_rho=inf (never freeze)
@@ -309,6 +309,18 @@ class Config:
         if changes.get("method", self.method) != self.method and "method_args" not in changes:
             changes["method_args"] = {}
         return dataclasses.replace(self, **changes)
+
+
+def stored_form(d: dict) -> dict:
+    """A stored config dict (a cached config.json, a checkpoint's) as this version writes it: an earlier version's
+    flat method settings moved into method_args. A dict that is not a valid Config comes back as it is (the caller's
+    comparison then fails and says so)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Config.from_dict(d).to_dict()
+    except (TypeError, ValueError):
+        return d
 
 
 def _from_flat(method: str, args: dict, flat: dict, warn: bool) -> dict:

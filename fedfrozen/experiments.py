@@ -127,7 +127,9 @@ def _problem(folder: Path, cfg, files=_FILES) -> tuple[str | None, History | Non
         hist = History.load(folder / "history.json")
     except (OSError, ValueError) as e:
         return str(e), None
-    if _normalised(hist.config) != json.loads(json.dumps(cfg.to_dict())):
+    from .config import stored_form
+
+    if json.loads(json.dumps(stored_form(hist.config))) != json.loads(json.dumps(cfg.to_dict())):
         return "its History was written by another config", None
     rounds = [row.get("round") if isinstance(row, dict) else None for row in hist.rows]
     expected = list(range(len(rounds) if hist.diverged else cfg.rounds))
@@ -135,20 +137,6 @@ def _problem(folder: Path, cfg, files=_FILES) -> tuple[str | None, History | Non
         return (f"its History has rounds {rounds[:3]}{'...' if len(rounds) > 3 else ''} ({len(rounds)} rows) "
                 f"where the config implies {cfg.rounds}"), None
     return None, hist
-
-
-def _normalised(config: dict):
-    """A stored config dict as this version writes it (an earlier version's flat method settings moved into
-    method_args), JSON-round-tripped; the dict itself when it is not a valid Config."""
-    from .config import Config
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            config = Config.from_dict(config).to_dict()
-    except (TypeError, ValueError):
-        pass
-    return json.loads(json.dumps(config))
 
 
 def _move_aside(path: Path, why: str, what: str) -> Path:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import batched, data, local, methods, models, partition, qkv
-from .config import Config
+from .config import Config, stored_form
 from .flat import FlatParams
 from .history import History
 from .io import atomic_write, environment, threads_setting
@@ -283,17 +283,6 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from (truncated, empty, missing keys, another config, cut short)."""
 
 
-def _stored_config(d: dict) -> dict:
-    """A checkpoint's config as this version writes it (an earlier version's flat method settings moved into
-    method_args); the dict itself when it is not a valid Config."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return Config.from_dict(d).to_dict()
-    except (TypeError, ValueError):
-        return d
-
-
 def load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
     """Load a checkpoint of `cfg` written by save_checkpoint into the global weights, the method, the History and
     the set of clients holding the frozen block; the round to continue at. CheckpointError if it cannot be used."""
@@ -307,8 +296,9 @@ def load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
         raise CheckpointError(f"checkpoint {path} is not a fedfrozen checkpoint (missing "
                               f"{[k for k in keys if not isinstance(state, dict) or k not in state]})")
     cfg_d = cfg.to_dict()
-    if state["config"] != cfg_d and _stored_config(state["config"]) != cfg_d:
-        diff = sorted(k for k in cfg_d if _stored_config(state["config"]).get(k) != cfg_d[k])
+    stored = stored_form(state["config"])
+    if stored != cfg_d:
+        diff = sorted(k for k in cfg_d if stored.get(k) != cfg_d[k])
         raise CheckpointError(f"checkpoint {path} was written by a different config (fields {diff})")
     start, rows = state["round"], state["rows"]
     if not isinstance(start, int) or [r.get("round") for r in rows] != list(range(start)) \

@@ -77,7 +77,7 @@ class FedFrozenStrategy(FedAvg):
         messages, self.bytes_down_wire = [], 0
         sampled = set(self.sampled)
         # the method's server side: what each sampled client's hooks read (SCAFFOLD's c, a layer mask)
-        self.to_client = {cid: self.method.to_client(r, cid) for cid in self.sampled}
+        to_client = {cid: self.method.to_client(r, cid) for cid in self.sampled}
         for node in self._nodes(grid):
             part = self.node_partition.get(node)
             if part is not None and part not in sampled:
@@ -88,8 +88,8 @@ class FedFrozenStrategy(FedAvg):
                     self.received_frozen.add(node)
                 record = RecordDict({"arrays": send, "config": conf})
                 # a node whose partition is known gets its own; one not yet known, every sampled client's
-                tensors = (self.to_client[part] if part is not None else
-                           {f"{cid}/{k}": v for cid, t in self.to_client.items() for k, v in t.items()})
+                tensors = (to_client[part] if part is not None else
+                           {f"{cid}/{k}": v for cid, t in to_client.items() for k, v in t.items()})
                 if tensors:
                     record["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in tensors.items()})
                 self.bytes_down_wire += sum(rec.count_bytes() for key, rec in record.items() if key != "config")
