@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import methods
 from .config import Config, field_type
-from .io import THREADS_ENV, notebooks, project_root
+from .io import KERNEL_ARGS, THREADS_ENV, notebooks, project_root
 from .profiles import PROFILES
 
 
@@ -222,7 +222,8 @@ def cmd_reproduce(args) -> int:
         t0 = time.perf_counter()
         try:
             done = pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters={"profile": args.profile},
-                                       cwd=str(nb.parent), kernel_name=args.kernel, progress_bar=False)
+                                       cwd=str(nb.parent), kernel_name=args.kernel, progress_bar=False,
+                                       extra_arguments=KERNEL_ARGS)
             status, result = "ok", headline(done)
         except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
             status = "FAILED"

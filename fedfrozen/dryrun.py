@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from .data import write_fake_cifar
-from .io import DRY_RUN_ENV, notebooks, project_root
+from .io import DRY_RUN_ENV, KERNEL_ARGS, notebooks, project_root
 
 __all__ = ["dry_run", "TINY_MODEL", "format_table"]
 
@@ -66,7 +66,7 @@ def _execute(nb: str, out: str, profile: str, extra: dict, settings: dict, kerne
     error = None
     try:
         pm.execute_notebook(nb, out, parameters={"profile": profile, **extra}, cwd=str(Path(nb).parent),
-                            kernel_name=kernel, progress_bar=False)
+                            kernel_name=kernel, progress_bar=False, extra_arguments=KERNEL_ARGS)
     except Exception as e:  # noqa: BLE001 - papermill raises PapermillExecutionError with the failing cell's error
         lines = str(e).strip().splitlines()
         error = f"{type(e).__name__}: {lines[-1][:200] if lines else ''}"

@@ -23,6 +23,11 @@ __all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "project_ro
 
 THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
+# Arguments of every notebook kernel the project starts (reproduce, dry-run, tools/refresh_outputs.py): the kernel's
+# own log (not the notebook's outputs, and not Python warnings of its cells) shows errors only, so its start-up line
+# "Kernel is running over TCP without encryption" (the kernel and its client both listen on 127.0.0.1 here) is not
+# printed to users.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
 def _umask() -> int:

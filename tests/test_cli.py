@@ -68,7 +68,7 @@ def _notebook(path, *sources):
     nbformat.write(nb, path)
 
 
-def test_reproduce_runs_notebooks_in_order_and_reports_headlines_and_failures(tmp_path, monkeypatch, capsys):
+def test_reproduce_runs_notebooks_in_order_and_reports_headlines_and_failures(tmp_path, monkeypatch, capfd):
     (tmp_path / "notebooks").mkdir()
     _notebook(tmp_path / "notebooks" / "00_first.ipynb", 'print("headline: early")',
               'print(f"headline: profile {profile}, answer {6 * 7}")\nprint("not a headline")')
@@ -77,7 +77,8 @@ def test_reproduce_runs_notebooks_in_order_and_reports_headlines_and_failures(tm
     monkeypatch.chdir(tmp_path)  # the project root is found from the working directory
     monkeypatch.setenv("FEDFROZEN_PROFILE", "cpu")  # reproduce sets it; restored after the test
     assert cli.main(["reproduce", "--profile", "smoke"]) == 1  # one notebook failed
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()  # file-descriptor level: what the kernels wrote too
+    assert "without encryption" not in out + err  # the kernel's start-up warning is not shown (io.KERNEL_ARGS)
     summary = out[out.index("headline (or error)"):].splitlines()
     assert summary[1].split()[:2] == ["00_first.ipynb", "ok"] and summary[1].endswith("profile smoke, answer 42")
     assert summary[2].split()[:2] == ["01_broken.ipynb", "FAILED"] and "ZeroDivisionError" in summary[2]

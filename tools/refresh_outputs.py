@@ -14,6 +14,8 @@ from pathlib import Path
 import nbclient
 import nbformat
 
+from fedfrozen.io import KERNEL_ARGS
+
 root = Path(__file__).resolve().parents[1]
 wanted = set(sys.argv[1:])
 os.environ["FEDFROZEN_PROFILE"] = "cpu"
@@ -23,7 +25,7 @@ for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         continue
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=4 * 3600,
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=4 * 3600, extra_arguments=KERNEL_ARGS,
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
