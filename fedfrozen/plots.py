@@ -3,8 +3,9 @@
 `save_figure(fig, "02_partitions", profile)` writes figures/02_partitions.{pdf,png} at the
 project root (atomically), `save_table(df, "02_partitions", profile)` writes
 figures/02_partitions.csv with floats to 6 significant digits (a rerun on another machine then
-rewrites the same text). Under the `smoke` profile both go to runs/smoke/figures/ instead, so a
-CI run never overwrites the committed cpu-profile figures: the profile is an explicit argument.
+rewrites the same text). Only the committed profile (`profiles.COMMITTED`, cpu) writes there: under any other
+(smoke in CI, paper on a GPU) both go to runs/<profile>/figures/, so no run overwrites the committed figures;
+the profile is an explicit argument.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from .io import atomic_write, project_root
 from .partition import label_counts
-from .profiles import PROFILES
+from .profiles import COMMITTED, PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
            "plot_regime_map", "TABLE_FLOAT_FORMAT"]
@@ -24,11 +25,11 @@ TABLE_FLOAT_FORMAT = "%.6g"
 
 
 def figures_dir(profile: str) -> Path:
-    """figures/ at the project root, or runs/smoke/figures/ under the smoke profile (created)."""
+    """figures/ at the project root under the committed profile (cpu), else runs/<profile>/figures/ (created)."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {profile!r}")
     root = project_root()
-    folder = root / "runs" / "smoke" / "figures" if profile == "smoke" else root / "figures"
+    folder = root / "figures" if profile == COMMITTED else root / "runs" / profile / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

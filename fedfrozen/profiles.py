@@ -36,6 +36,7 @@ __all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "CPU_SCALE", "
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")
+COMMITTED = "cpu"  # the profile whose outputs, figures and tables are committed (notebooks/, figures/)
 
 SELECTED_LR = {
     "fedadagrad": 3e-3, "fedadam": 3e-3, "fedavg": 3e-2, "fedavgm": 3e-3, "feddyn": 3e-3, "fedfrozen": 3e-2,
