@@ -19,7 +19,7 @@ from .partition import label_counts
 from .profiles import COMMITTED, PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
-           "plot_regime_map", "TABLE_FLOAT_FORMAT"]
+           "plot_regime_map", "plot_verdicts", "TABLE_FLOAT_FORMAT"]
 
 TABLE_FLOAT_FORMAT = "%.6g"
 
@@ -97,6 +97,44 @@ def plot_mean_std(df, x: str, y: str, by: str | None = None, ax=None, label: str
         ax.set_xscale(xscale)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
+    return ax
+
+
+def plot_verdicts(df, ax=None, title: str | None = None):
+    """Forest plot of paired verdicts (a `tables.verdict_table`, several concatenated): one row per comparison,
+    grouped by claim, the mean paired difference d in percentage points with its 95% interval; filled markers
+    where the interval excludes 0 (resolved), hollow where it does not. The x axis is symmetric about 0."""
+    import matplotlib.pyplot as plt
+
+    rows = df.reset_index(drop=True)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.2))
+    y = np.arange(len(rows))[::-1]
+    d, hw = 100 * rows["d"].to_numpy(float), 100 * rows["half_width"].to_numpy(float)
+    resolved = rows["verdict"].isin(["higher", "lower"]).to_numpy()
+    colours = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}
+    from matplotlib.lines import Line2D
+
+    handles = []
+    for claim in dict.fromkeys(rows["claim"]):
+        sel = (rows["claim"] == claim).to_numpy()
+        colour = colours.get(claim, "tab:gray")
+        ax.errorbar(d[sel], y[sel], xerr=hw[sel], fmt="none", ecolor=colour, capsize=2, lw=1)
+        for filled in (True, False):
+            pick = sel & (resolved == filled)
+            ax.scatter(d[pick], y[pick], s=28, zorder=3, edgecolors=colour, facecolors=colour if filled else "white")
+        handles.append(Line2D([], [], marker="o", ls="", color=colour, label=claim))
+    handles.append(Line2D([], [], marker="o", ls="", color="gray", markerfacecolor="white",
+                          label="hollow: no difference resolved"))
+    ax.axvline(0, color="black", lw=0.8)
+    reach = float(np.nanmax(np.abs(np.r_[d - hw, d + hw]))) if len(rows) else 1.0
+    ax.set_xlim(-1.1 * reach, 1.1 * reach)
+    ax.set_yticks(y, [f"{c}  {t}" for c, t in zip(rows["claim"], rows["comparison"])], fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel("paired difference in test accuracy, d (percentage points; 95% interval)")
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if title:
+        ax.set_title(title, fontsize=9)
     return ax
 
 

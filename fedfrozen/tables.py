@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "PAIRED_RULE",
-           "RESOLVED", "UNRESOLVED", "t_quantile", "resolution",
+           "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
            "simulated_clock"]
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
@@ -116,6 +116,25 @@ def resolution(comparisons) -> float:
     """The smallest difference a set of comparisons could resolve: their smallest half-width."""
     widths = [c.half_width for c in comparisons]
     return min(widths) if widths else math.inf
+
+VERDICT_COLUMNS = ["claim", "comparison", "measure", "mean_a", "mean_b", "d", "half_width", "n", "verdict"]
+
+
+def verdict_table(rows, measure: str = "late_acc"):
+    """The verdicts a notebook decides, one row per (claim, comparison, Comparison) in `rows`: the claim it
+    bears on ("C1".."C4"), what was compared ("FedFrozen - FedAvg, dirichlet:0.1"), the means, d, the 95%
+    half-width, n and the verdict (VERDICT_COLUMNS). The claim notebooks write it beside their tables
+    (figures/NN_verdicts.csv) and the headline figure and the README's numbers are read from it."""
+    import pandas as pd
+
+    out = []
+    for claim, label, c in rows:
+        if not isinstance(c, Comparison):
+            raise TypeError(f"verdict_table rows are (claim, comparison, Comparison); got {type(c).__name__} for {label!r}")
+        out.append(dict(claim=claim, comparison=label, measure=measure, mean_a=c.mean_a, mean_b=c.mean_b, d=c.diff,
+                        half_width=c.half_width, n=c.n, verdict=c.verdict))
+    return pd.DataFrame(out, columns=VERDICT_COLUMNS)
+
 
 SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")
 
