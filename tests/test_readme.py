@@ -1,0 +1,108 @@
+"""The README cannot drift from the code: its code blocks run as written (the quickstart at the smoke profile),
+its numbers are the ones the notebooks wrote, and it stays a front page."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.M | re.S)
+
+
+def blocks(lang: str) -> list[str]:
+    return [body for kind, body in BLOCK.findall(README) if kind == lang]
+
+
+def commands(prefix: str) -> list[str]:
+    """The README's shell lines that start with `prefix`, without their trailing comments."""
+    out = []
+    for body in blocks("bash"):
+        for line in body.splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith(prefix):
+                out.append(line)
+    return out
+
+
+def scratch_project(tmp_path: Path) -> Path:
+    """An empty project folder (its own results/), so a README example does not write into the repository."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    return tmp_path
+
+
+def run(cmd, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    # one torch thread, as the command line uses by default (from Python torch takes every core, which on a
+    # shared 2-core CI machine costs more than it gains)
+    env = {**os.environ, "FEDFROZEN_PROFILE": "smoke", "FEDFROZEN_PROGRESS": "0", "FEDFROZEN_THREADS": "1"}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_python_example_runs_as_written(tmp_path):
+    (example,) = [b for b in blocks("python") if "import fedfrozen as ff" in b]
+    done = run([sys.executable, "-c", example], scratch_project(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "qk" in done.stdout and "test_acc" in done.stdout and "kernel_change" in done.stdout
+    assert list((tmp_path / "results").rglob("history.json"))  # run_or_load cached it where it says
+
+
+def test_the_command_line_example_runs_as_written(tmp_path):
+    (line,) = [c for c in commands("fedfrozen run ")]
+    done = run([sys.executable, "-m", "fedfrozen", *shlex.split(line)[1:]], scratch_project(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "final_test_acc=" in done.stdout and "method=fedfrozen" in done.stdout
+
+
+def test_the_quickstart_runs_at_the_smoke_profile():
+    """Every `fedfrozen reproduce` line of the quickstart, with the cpu profile swapped for smoke and cut to the
+    first notebook (the test command itself executes every notebook at smoke)."""
+    lines = commands("fedfrozen reproduce")
+    assert any("--profile cpu" in c for c in lines) and any("--profile smoke" in c for c in lines)
+    shown = set()
+    for line in lines:
+        args = shlex.split(line.replace("--profile cpu", "--profile smoke"))[1:]
+        if "--only" not in args:
+            args += ["--only", "00"]
+        shown.add(tuple(args))
+    for args in sorted(shown):
+        done = run([sys.executable, "-m", "fedfrozen", *args], ROOT)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert re.search(r"00_quickstart\.ipynb\s+ok", done.stdout), done.stdout[-2000:]
+        assert "1 notebooks, 1 ok, 0 failed" in done.stdout
+
+
+def test_the_test_command_is_the_one_ci_runs():
+    (line,) = commands("FEDFROZEN_PROFILE=smoke python -m pytest")
+    assert line in (ROOT / ".ci" / "run").read_text()
+    assert 'pip install -e ".[dev]"' in README and 'pip install -e ".[dev]"' in (ROOT / ".ci" / "run").read_text()
+
+
+def verdicts() -> pd.DataFrame:
+    return pd.concat([pd.read_csv(p, index_col=0) for p in sorted((ROOT / "figures").glob("0[3-6]_verdicts.csv"))])
+
+
+def test_every_verdict_the_readme_quotes_is_one_the_notebooks_wrote():
+    table = README[README.index("## What holds"):README.index("## Quickstart")]
+    quoted = re.findall(r"d = ([+−-]\d\.\d{3}) ± (\d\.\d{3}) \((\d+)\)", table)
+    assert len(quoted) >= 9
+    written = {(f"{d:+.3f}", f"{h:.3f}", str(n)) for d, h, n in verdicts()[["d", "half_width", "n"]].itertuples(index=False)}
+    for d, h, n in quoted:
+        assert (d.replace("−", "-"), h, n) in written, f"README quotes d = {d} ± {h} ({n}), which no verdict table holds"
+    smallest = re.search(r"smallest difference these tables resolve is (\d+\.\d) points", table)
+    assert smallest and float(smallest.group(1)) == pytest.approx(100 * verdicts()["half_width"].min(), abs=0.05)
+
+
+def test_the_readme_is_a_front_page():
+    assert len(README.splitlines()) <= 150
+    for target in re.findall(r"\]\((?!https?://|#)([^)\s]+)\)", README):
+        assert (ROOT / target.split("#")[0]).exists(), f"README links to {target}, which does not exist"
+    assert "figures/headline.png" in README
