@@ -2,6 +2,7 @@
 
     python benchmarks/engine.py [--rounds 3] [--repeats 3] [--clients 20] [--epochs 1 5]
     python benchmarks/engine.py --device cuda      # vit_cifar, 100 clients, fake CIFAR-10, 10 and 100 per round
+    python benchmarks/engine.py --profile cpu --compile --grid 4   # the cpu profile's own workload (Fashion-MNIST)
 
 The same config (the cpu profile's digits federation: vit_digits, Dirichlet alpha 0.5, batch 16,
 AdamW) runs `--rounds` rounds with `engine="sequential"` and with `engine="batched"`, alternating
@@ -10,6 +11,12 @@ of the median round (round 0 included in neither: it pays one-off allocations). 
 batched engine with one client per chunk (its overhead when nothing is batched), and, with
 `--compile`, the batched engine with `engine_compile=True` (its compilation timed apart). The last line is
 `engine: batched/sequential = X.XXx` (the ratio of seconds per round at the first --epochs).
+
+`--profile cpu` times the speed levers on the workload the notebooks run (ff.profiles.federated("cpu"):
+vit_fmnist on the 12,000-image Fashion-MNIST subset, 100 clients, 10 per round, batch 16, 1 local epoch): the
+batched engine at its default chunk and at 5 clients per chunk, torch.compile (first round timed apart), a
+larger local batch (32 and 64: fewer steps; its learning rate would have to be selected again), and with
+--grid N the ways of sharing the two cores over N runs (2 workers x 1 thread, 1 worker x 2 threads).
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ def main() -> None:
                     help="also time a notebook-like grid: run_many of N seeds, 2 workers x 1 thread vs 1 worker x 2 threads")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     ap.add_argument("--compile", action="store_true", help="also time the batched engine with engine_compile=True")
+    ap.add_argument("--profile", choices=["cpu"], default=None,
+                    help="time the cpu profile's workload (Fashion-MNIST, vit_fmnist) instead of digits")
     args = ap.parse_args()
     warnings.filterwarnings("ignore", category=UserWarning)
     if args.threads:
@@ -57,7 +66,9 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
 
     first = None
-    if args.device == "cuda":
+    if args.profile == "cpu":
+        first = _cpu_profile(args)
+    elif args.device == "cuda":
         tmp = tempfile.mkdtemp()
         ff.data.write_fake_cifar("cifar10", tmp, per_class=500, test_per_class=100)
         train, test = ff.data.load("cifar10", tmp, download=False)
@@ -98,10 +109,39 @@ def main() -> None:
     print(f"engine: batched/sequential = {first:.2f}x")
 
 
+def _cpu_base(rounds: int) -> ff.Config:
+    base = ff.profiles.federated("cpu", rounds=rounds, warmup_rounds=max(1, rounds // 4))
+    lr = ff.profiles.learning_rates(["fedavg"], profile="cpu", dataset=base["dataset"])["fedavg"]
+    return ff.Config(method="fedavg", partition="dirichlet", alpha=0.1, seed=0,
+                     **{**base, "lr": lr, "eval_every": 10**6})
+
+
+def _cpu_profile(args) -> float:
+    base = _cpu_base(args.rounds + 1)
+    data = ff.data.load(base.dataset)
+    variants = {"sequential": dict(engine="sequential"), "batched": dict(engine="batched"),
+                "batched, 5 clients per chunk": dict(engine="batched", engine_chunk=5),
+                "sequential, batch 32": dict(batch_size=32), "sequential, batch 64": dict(batch_size=64)}
+    if args.compile:
+        t0 = time.perf_counter()
+        ff.run(base.replace(engine="batched", engine_compile=True, rounds=1), progress=False, train=data[0],
+               test=data[1])
+        print(f"batched + torch.compile: first round (compiles, or loads torch's cache) {time.perf_counter() - t0:.1f} s")
+        variants["batched + compile"] = dict(engine="batched", engine_compile=True)
+    t = bench(base, variants, args.repeats, data)
+    for name, sec in t.items():
+        print(f"cpu profile (vit_fmnist, 10 of 100 clients, batch 16 unless said), {name}: {sec:.3f} s/round "
+              f"({t['sequential'] / sec:.2f}x sequential)")
+    return t["sequential"] / t["batched"]
+
+
 def _grid(args) -> None:
     """Wall time of run_many over --grid seeds (fresh cache), per engine and way of sharing the 2 cores."""
-    base = ff.Config(dataset="digits", n_clients=args.clients, rounds=args.rounds * 5, local_epochs=args.epochs[0],
-                     eval_every=5, device="cpu", method="fedavg", lr=3e-3)
+    if args.profile == "cpu":
+        base = _cpu_base(args.rounds * 5).replace(eval_every=10)
+    else:
+        base = ff.Config(dataset="digits", n_clients=args.clients, rounds=args.rounds * 5,
+                         local_epochs=args.epochs[0], eval_every=5, device="cpu", method="fedavg", lr=3e-3)
     cfgs = [base.replace(seed=s) for s in range(args.grid)]
     out = {}
     for name, engine, workers in (("sequential, 2 workers x 1 thread", "sequential", 2),

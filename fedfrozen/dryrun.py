@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from .data import write_fake_cifar
-from .io import DRY_RUN_ENV, KERNEL_ARGS, notebooks, project_root
+from .io import DRY_RUN_ENV, KERNEL_ARGS, THREADS_ENV, notebooks, project_root
 
 __all__ = ["dry_run", "TINY_MODEL", "format_table"]
 
@@ -55,11 +55,14 @@ def _summarise(records: list[dict]) -> dict:
             "device": recs[0]["device"] if recs else None}
 
 
-def _execute(nb: str, out: str, profile: str, extra: dict, settings: dict, kernel: str) -> tuple[str | None, float]:
+def _execute(nb: str, out: str, profile: str, extra: dict, settings: dict, kernel: str,
+             threads: str | None = None) -> tuple[str | None, float]:
     """Execute one notebook with papermill under the dry-run settings (in this process's environment, which the
-    kernel inherits); (the error or None, seconds)."""
+    kernel inherits; `threads` sets FEDFROZEN_THREADS there); (the error or None, seconds)."""
     import papermill as pm
 
+    if threads:
+        os.environ[THREADS_ENV] = threads
     old = os.environ.get(DRY_RUN_ENV)
     os.environ[DRY_RUN_ENV] = json.dumps(settings)
     t0 = time.perf_counter()
@@ -82,7 +85,9 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
             kernel: str = "python3", keep: str | None = None, progress=print, workers: int = 1) -> list[dict]:
     """Run the dry run; returns one row per notebook execution (name, status, seconds, summary, error), in the
     notebooks' order. `workers` > 1 executes that many notebooks at once (each in its own process and kernel;
-    their seconds per round then share the cores, so use 1 for the projection)."""
+    their seconds per round then share the cores, so use 1 for the projection). With several workers each
+    kernel's torch runs on one thread unless FEDFROZEN_THREADS says otherwise: two kernels of one thread per core
+    each, not of every core each (oversubscribed, torch's threads spin against each other: measured 2-3x slower)."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -122,8 +127,9 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
 
         if workers == 1:
             return [row(label, log, *_execute(*args)) for label, log, args in jobs]
+        threads = os.environ.get(THREADS_ENV) or "1"
         with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_execute, *args) for _, _, args in jobs]
+            futures = [pool.submit(_execute, *args, threads) for _, _, args in jobs]
             return [row(label, log, *f.result()) for (label, log, _), f in zip(jobs, futures)]
     finally:
         if not keep:

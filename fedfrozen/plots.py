@@ -19,7 +19,7 @@ from .partition import label_counts
 from .profiles import COMMITTED, PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
-           "plot_regime_map", "plot_verdicts", "TABLE_FLOAT_FORMAT"]
+           "plot_regime_map", "plot_verdicts", "legend_below", "TABLE_FLOAT_FORMAT"]
 
 TABLE_FLOAT_FORMAT = "%.6g"
 
@@ -98,6 +98,19 @@ def plot_mean_std(df, x: str, y: str, by: str | None = None, ax=None, label: str
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     return ax
+
+
+def legend_below(fig, ax=None, ncol: int | None = None, title: str | None = None, fontsize: int = 8):
+    """One legend for the whole figure, below its axes, so it covers no data: the entries of `ax` (default: the
+    first axes), the per-axes legends removed. Call after `fig.tight_layout()`; saving with bbox_inches="tight"
+    (as save_figure does) keeps it in the file."""
+    axes = fig.get_axes()
+    handles, labels = (ax or axes[0]).get_legend_handles_labels()
+    for a in axes:
+        if a.get_legend() is not None:
+            a.get_legend().remove()
+    return fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol or len(labels),
+                      frameon=False, fontsize=fontsize, title=title, title_fontsize=fontsize)
 
 
 def plot_verdicts(df, ax=None, title: str | None = None):

@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 
 import fedfrozen as ff
@@ -53,3 +56,34 @@ def _threads_as_they_were(monkeypatch):
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)
+
+
+# Settings of a test session, shared by tests/ and notebooks/ (nbval).
+#
+# The README's test command runs on two pytest-xdist workers (`-n 2 --dist loadgroup`). Each worker then runs torch
+# on one thread (two workers of one thread each on a 2-core machine, not two of two threads fighting for the cores:
+# oversubscribed, torch's threads spin against each other), and so do the notebook kernels nbval starts. Tests that
+# must not run at once share a group: every cell of one notebook (they run in order in one kernel), and everything
+# that starts Flower or Ray (tests/test_flower.py and notebook 08) in one group.
+# (Collection hooks of this file see every item of the session, the notebooks' cells included.)
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("FEDFROZEN_THREADS", "1")
+        import torch
+
+        torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.suffix == ".ipynb":
+            group = "flower" if "flower" in path.stem else path.stem
+        elif path.name == "test_flower.py":
+            group = "flower"
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -44,3 +44,11 @@ def test_a_pyproject_without_the_url_is_a_clear_error(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
     with pytest.raises(ValueError, match=r"\[project.urls\] Repository"):
         colab.repository(tmp_path)
+
+
+def test_the_readme_and_the_book_point_at_the_same_repository():
+    repo = colab.repository()
+    path = repo.removeprefix("https://github.com/")
+    readme = (ROOT / "README.md").read_text()
+    assert f"https://colab.research.google.com/github/{path}/blob/main/notebooks/00_quickstart.ipynb" in readme
+    assert f"repo_url: {repo}\n" in (ROOT / "mkdocs.yml").read_text()

@@ -387,3 +387,17 @@ def test_a_resumed_flower_run_equals_an_uninterrupted_one(tmp_path):
     assert forgot.rows[:2] == resumed.rows[:2] and forgot.rows[2]["test_loss"] != whole.rows[2]["test_loss"]
     assert [r["test_acc"] for r in resumed.rows] == pytest.approx([r["test_acc"] for r in loop.rows], abs=1e-6)
     assert [r["stage"] for r in resumed.rows] == [1, 1, 1, 2]
+
+
+def test_each_flower_home_gets_local_superlink_ports_of_its_own(tmp_path):
+    """Flower's managed local SuperLink listens on fixed ports (39091, 39093) whatever the home, so two local runs
+    on one machine would meet on one SuperLink; flwr_run gives each home free ports of its own, kept in the home
+    so that a run with keep=True is found again by the next one."""
+    from fedfrozen.flower import launch
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    pa, pb = launch._local_ports(a), launch._local_ports(b)
+    assert set(pa) == set(pb) == set(launch.LOCAL_PORTS_ENV)
+    assert len({*pa.values(), *pb.values()}) == 4 and all(1024 < int(p) < 65536 for p in pa.values())
+    assert launch._local_ports(a) == pa  # the same home: the same ports

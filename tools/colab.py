@@ -5,7 +5,8 @@
 
 A notebook opened in Colab cannot learn which repository it came from (the kernel sees its cells, not the page's
 address), so the repository is one constant: `[project.urls] Repository` in pyproject.toml. A fork changes that
-line and runs this script; the badges, the install cells and the book's links then all point at the fork.
+line and runs this script; the badges and install cells then point at the fork (the README's Colab link and
+mkdocs.yml's repo_url are checked against the same URL by tests/test_colab.py).
 """
 
 from __future__ import annotations

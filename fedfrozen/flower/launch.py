@@ -14,6 +14,7 @@ Runtime dependency installation is switched off
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -55,6 +56,22 @@ def _env(home: Path) -> dict:
     env["FLWR_HOME"] = str(home)
     env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     return env
+
+
+LOCAL_PORTS_ENV = ("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "FLWR_LOCAL_CONTROL_API_PORT")
+
+
+def _local_ports(home: Path) -> dict:
+    """The ports of the managed local SuperLink of Flower home `home`: chosen free once per home and kept in
+    it (a later run with the same home finds the SuperLink it left running). Flower's defaults (39091, 39093)
+    are the same for every home, so two local runs on one machine would share one SuperLink, or the second
+    would fail to start its own; with ports of its own a launch only ever talks to the SuperLink it started."""
+    path = home / "local_ports.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    ports = dict(zip(LOCAL_PORTS_ENV, map(str, _free_ports(len(LOCAL_PORTS_ENV)))))
+    path.write_text(json.dumps(ports))
+    return ports
 
 
 def _bin(name: str) -> str:
@@ -153,7 +170,8 @@ def flwr_run(run_config: dict, num_supernodes: int, project=None, timeout: float
     try:
         proc = subprocess.run([_flwr(), "run", str(project), "--stream", "--run-config", run_config_arg(rc),
                                "--federation-config", f"num-supernodes={int(num_supernodes)}"],
-                              env=_env(home), capture_output=True, text=True, timeout=timeout)
+                              env={**_env(home), **_local_ports(home)}, capture_output=True, text=True,
+                              timeout=timeout)
         log = proc.stdout + proc.stderr
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"flwr run failed (exit {proc.returncode}); its output ends:\n{log[-3000:]}")
