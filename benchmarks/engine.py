@@ -147,11 +147,15 @@ def _grid(args) -> None:
     for name, engine, workers in (("sequential, 2 workers x 1 thread", "sequential", 2),
                                   ("batched, 2 workers x 1 thread", "batched", 2),
                                   ("batched, 1 worker x 2 threads", "batched", 1)):
+        threads = torch.get_num_threads()
+        if workers == 1:
+            torch.set_num_threads(2)  # the in-process variant uses both cores
         with tempfile.TemporaryDirectory() as root:
             t0 = time.perf_counter()
             ff.experiments.run_many([c.replace(engine=engine) for c in cfgs], root=root, workers=workers,
                                     progress=False)
             out[name] = time.perf_counter() - t0
+        torch.set_num_threads(threads)
         print(f"grid of {args.grid} runs x {base.rounds} rounds, {name}: {out[name]:.1f} s")
     ref = out["sequential, 2 workers x 1 thread"]
     print("  " + ", ".join(f"{k}: {ref / v:.2f}x" for k, v in out.items() if not k.startswith("sequential")))
