@@ -118,6 +118,7 @@ def plot_verdicts(df, ax=None, title: str | None = None):
     grouped by claim, the mean paired difference d in percentage points with its 95% interval; filled markers
     where the interval excludes 0 (resolved), hollow where it does not. The x axis is symmetric about 0."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     rows = df.reset_index(drop=True)
     if ax is None:
@@ -126,8 +127,6 @@ def plot_verdicts(df, ax=None, title: str | None = None):
     d, hw = 100 * rows["d"].to_numpy(float), 100 * rows["half_width"].to_numpy(float)
     resolved = rows["verdict"].isin(["higher", "lower"]).to_numpy()
     colours = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}
-    from matplotlib.lines import Line2D
-
     handles = []
     for claim in dict.fromkeys(rows["claim"]):
         sel = (rows["claim"] == claim).to_numpy()

@@ -65,7 +65,9 @@ def _threads_as_they_were(monkeypatch):
 # oversubscribed, torch's threads spin against each other), and so do the notebook kernels nbval starts. Tests that
 # must not run at once share a group: every cell of one notebook (they run in order in one kernel), and everything
 # that starts Flower or Ray (tests/test_flower.py and notebook 08) in one group.
-# (Collection hooks of this file see every item of the session, the notebooks' cells included.)
+# (Collection hooks of this file see every item of the session, the notebooks' cells included. `pytest notebooks
+# -n 2` without tests/ does not load this file, and a second conftest.py under notebooks/ would shadow this one's
+# `from conftest import ...`: run notebooks alone on one worker.)
 
 
 def pytest_configure(config):

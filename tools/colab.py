@@ -53,7 +53,7 @@ def expected(nb, name: str, repo: str) -> tuple[str, str]:
     """The badge line and install cell notebook `nb` should carry (its own extras kept)."""
     code = next(c for c in nb.cells if c.cell_type == "code")
     found = EXTRAS.search(code.source)
-    return badge(repo, name), install_cell(repo, found.group(1) or "" if found else "")
+    return badge(repo, name), install_cell(repo, (found.group(1) or "") if found else "")
 
 
 def differs(path: Path, repo: str) -> list[str]:
