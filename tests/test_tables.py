@@ -62,7 +62,8 @@ def test_federated_profiles_build_valid_configs():
         ff.Config(method="fedfrozen", **ff.profiles.federated(profile))  # validated on construction
     assert ff.profiles.federated("cpu", rounds=30, warmup_rounds=7)["warmup_rounds"] == 7
     cpu = ff.profiles.federated("cpu")
-    assert cpu["dataset"] == "fashion_mnist" and cpu["model"] == "vit_fmnist"  # the notebooks' results folder
+    assert cpu["dataset"] == "fashion_mnist" and cpu["model"] == "vit_fmnist_w48"  # the notebooks' results folder
+    assert cpu["lr_schedule"] == "cosine"  # the paper profile's schedule too (docs/cpu_profile.md)
     assert (cpu["n_clients"], cpu["clients_per_round"], cpu["train_subset"]) == (100, 10, 12000)
     assert (cpu["rounds"], cpu["warmup_rounds"]) == (ff.profiles.CPU_ROUNDS, ff.profiles.CPU_WARMUP) == (120, 30)
     assert ff.profiles.federated("smoke")["dataset"] == "digits"  # CI stays on the embedded dataset

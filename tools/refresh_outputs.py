@@ -1,13 +1,17 @@
-"""Re-execute notebooks in place under the cpu profile, so the committed copies carry its outputs.
+"""Give the committed notebooks the cpu profile's outputs.
 
-    python tools/refresh_outputs.py 02 03      # or no argument: all notebooks
+    python tools/refresh_outputs.py 02 03      # execute in place (or no argument: all notebooks)
+    python tools/refresh_outputs.py --adopt 03 04   # take `fedfrozen reproduce --profile cpu`'s copies
 
-Uses nbclient directly (no papermill parameter cell is injected), drops widget state, and
-fails if an output holds an absolute path of this machine.
+Executing in place uses nbclient directly (no papermill parameter cell is injected). `--adopt` executes
+nothing: it takes the copies that `FEDFROZEN_PROGRESS=0 fedfrozen reproduce --profile cpu` wrote to
+runs/cpu/ (so the committed outputs and the measured reproduce time come from the same run) and removes
+what papermill added (its injected parameter cell, its metadata). Both drop widget state and execution
+timestamps, and refuse to write a notebook whose outputs hold an absolute path of this machine.
 """
 
+import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -17,24 +21,53 @@ import nbformat
 from fedfrozen.io import KERNEL_ARGS
 
 root = Path(__file__).resolve().parents[1]
-wanted = set(sys.argv[1:])
-os.environ["FEDFROZEN_PROFILE"] = "cpu"
-os.environ["FEDFROZEN_PROGRESS"] = "0"  # no progress-bar residue in committed outputs
-for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-    if wanted and path.name[:2] not in wanted:
-        continue
-    nb = nbformat.read(path, as_version=4)
-    start = time.perf_counter()
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=4 * 3600, extra_arguments=KERNEL_ARGS,
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
+
+
+def clean(nb) -> str:
+    """The notebook's text without papermill's additions, widget state or execution timestamps."""
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
     nb.metadata.pop("widgets", None)
+    nb.metadata.pop("papermill", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
-    text = nbformat.writes(nb)
-    leaks = [line.strip()[:300] for line in text.splitlines()
-             if any(bad in line for bad in (str(root), os.path.expanduser("~") + "/"))]
-    if leaks:
-        print(f"NOT written: {path.name}: outputs contain absolute paths, e.g. {leaks[0]}", flush=True)
-        continue
-    path.write_text(text)
-    print(f"refreshed {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
+        cell.metadata.pop("papermill", None)
+    return nbformat.writes(nb)
+
+
+def leaks(text: str) -> list[str]:
+    return [line.strip()[:300] for line in text.splitlines()
+            if any(bad in line for bad in (str(root), os.path.expanduser("~") + "/"))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("numbers", nargs="*", help="two-digit notebook numbers (default: all)")
+    ap.add_argument("--adopt", action="store_true", help="take runs/cpu/'s executed copies instead of executing")
+    args = ap.parse_args()
+    os.environ["FEDFROZEN_PROFILE"] = "cpu"
+    os.environ["FEDFROZEN_PROGRESS"] = "0"  # no progress-bar residue in committed outputs
+    for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        if args.numbers and path.name[:2] not in args.numbers:
+            continue
+        start = time.perf_counter()
+        if args.adopt:
+            source = root / "runs" / "cpu" / path.name
+            if not source.is_file():
+                print(f"NOT adopted: {path.name}: no {source.relative_to(root)} (run `fedfrozen reproduce --profile cpu` first)")
+                continue
+            nb = nbformat.read(source, as_version=4)
+        else:
+            nb = nbformat.read(path, as_version=4)
+            nbclient.NotebookClient(nb, kernel_name="python3", timeout=4 * 3600, extra_arguments=KERNEL_ARGS,
+                                    resources={"metadata": {"path": str(path.parent)}}).execute()
+        text = clean(nb)
+        found = leaks(text)
+        if found:
+            print(f"NOT written: {path.name}: outputs contain absolute paths, e.g. {found[0]}", flush=True)
+            continue
+        path.write_text(text)
+        print(f"{'adopted' if args.adopt else 'refreshed'} {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
