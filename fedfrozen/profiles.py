@@ -66,16 +66,19 @@ CPU_SCALE = dict(dataset="fashion_mnist", model="vit_fmnist_w48", train_subset=1
 #   fedfrozen   1e-3 0.615, 3e-3 0.699, 1e-2 0.695, 3e-2 0.612 -> 3e-3
 #   fedprox     1e-3 0.651, 3e-3 0.711, 1e-2 0.683, 3e-2 0.653 -> 3e-3
 #   scaffold    1e-3 0.701, 3e-3 0.602, 1e-2 0.446, 3e-2 0.171 -> 1e-3 (option I under AdamW)
-#   fedavg:sgd  1e-2 0.506, 3e-2 0.540, 1e-1 0.547, 3e-1 0.541 -> 1e-1
-#   scaffold:sgd 1e-2 0.547, 3e-2 0.574, 1e-1 0.594, 3e-1 0.536 -> 1e-1 (option II)
-# (3e-1 joined the SGD grid when 1e-1, its edge, won.) The arms the cpu notebooks do not run (fedadam,
-# fedprox:sgd: the paper profile's) are not selected at this scale.
+#   fedavg:sgd  1e-2 0.506, 3e-2 0.540, 1e-1 0.547, 3e-1 0.541, 1 diverged -> 1e-1
+#   scaffold:sgd 1e-2 0.547, 3e-2 0.574, 1e-1 0.594, 3e-1 0.536, 1 diverged -> 1e-1 (option II)
+#   fedprox:sgd 1e-2 0.505, 3e-2 0.540, 1e-1 0.547, 3e-1 0.539, 1 diverged -> 1e-1
+#   feddyn:sgd  1e-2 0.549, 3e-2 0.587, 1e-1 0.556, 3e-1 0.595, 1 diverged -> 3e-1
+# (3e-1, then 1, joined the SGD grid when the grid's edge won.) fedadam (the paper profile's) is not selected at
+# this scale.
 CPU_LR = {"fedavg": 3e-3, "fedfrozen": 3e-3, "fedprox": 3e-3, "scaffold": 1e-3,
-          "fedavg:sgd": 1e-1, "scaffold:sgd": 1e-1}
+          "fedavg:sgd": 1e-1, "scaffold:sgd": 1e-1, "fedprox:sgd": 1e-1, "feddyn:sgd": 3e-1}
 CPU_LR_GRID = (1e-3, 3e-3, 1e-2, 3e-2)
-CPU_SGD_LR_GRID = (1e-2, 3e-2, 1e-1, 3e-1)
+CPU_SGD_LR_GRID = (1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 SGD_AS_PUBLISHED = dict(optimizer="sgd", momentum=0.0, weight_decay=0.0)
-CPU_SELECTED_ARMS = ["fedavg", "fedfrozen", "fedprox", "scaffold", "fedavg:sgd", "scaffold:sgd"]
+CPU_SELECTED_ARMS = ["fedavg", "fedfrozen", "fedprox", "scaffold", "fedavg:sgd", "scaffold:sgd", "fedprox:sgd",
+                     "feddyn:sgd"]
 
 # The paper profile's local training (sources and reasons: docs/paper_profile.md)
 PAPER_DEFAULT_LR = 1e-3

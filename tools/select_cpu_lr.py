@@ -26,7 +26,8 @@ def main() -> None:
         result = ff.selection.select_learning_rates(methods, grid=grid, rounds=base["rounds"], base=fields)
         for m in methods:
             name = f"{m}:sgd" if optimizer == "sgd" else m
-            accs = " ".join(f"{float(k):g}: {v:.3f}" for k, v in sorted(result["val_acc"][m].items(), key=lambda t: float(t[0])))
+            accs = " ".join(f"{float(k):g}: " + ("diverged" if v is None else f"{v:.3f}")
+                            for k, v in sorted(result["val_acc"][m].items(), key=lambda t: float(t[0])))
             print(f"{name:18s} -> {result['lr'][m]:g}   (late val acc {accs})", flush=True)
 
 
