@@ -13,7 +13,7 @@ batched engine with one client per chunk (its overhead when nothing is batched),
 `engine: batched/sequential = X.XXx` (the ratio of seconds per round at the first --epochs).
 
 `--profile cpu` times the speed levers on the workload the notebooks run (ff.profiles.federated("cpu"):
-vit_fmnist on the 12,000-image Fashion-MNIST subset, 100 clients, 10 per round, batch 16, 1 local epoch): the
+vit_fmnist_w48 on the 12,000-image Fashion-MNIST subset, 100 clients, 10 per round, batch 16, 1 local epoch): the
 batched engine at its default chunk and at 5 clients per chunk, torch.compile (first round timed apart), a
 larger local batch (32 and 64: fewer steps; its learning rate would have to be selected again), and with
 --grid N the ways of sharing the two cores over N runs (2 workers x 1 thread, 1 worker x 2 threads).
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     ap.add_argument("--compile", action="store_true", help="also time the batched engine with engine_compile=True")
     ap.add_argument("--profile", choices=["cpu"], default=None,
-                    help="time the cpu profile's workload (Fashion-MNIST, vit_fmnist) instead of digits")
+                    help="time the cpu profile's workload (Fashion-MNIST, vit_fmnist_w48) instead of digits")
     args = ap.parse_args()
     warnings.filterwarnings("ignore", category=UserWarning)
     if args.threads:
@@ -130,7 +130,7 @@ def _cpu_profile(args) -> float:
         variants["batched + compile"] = dict(engine="batched", engine_compile=True)
     t = bench(base, variants, args.repeats, data)
     for name, sec in t.items():
-        print(f"cpu profile (vit_fmnist, 10 of 100 clients, batch 16 unless said), {name}: {sec:.3f} s/round "
+        print(f"cpu profile ({base.model}, 10 of 100 clients, batch 16 unless said), {name}: {sec:.3f} s/round "
               f"({t['sequential'] / sec:.2f}x sequential)")
     return t["sequential"] / t["batched"]
 
