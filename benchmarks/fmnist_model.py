@@ -22,8 +22,6 @@ CANDIDATES = {
     "p7d48L3": dict(patch_size=7, embed_dim=48, depth=3, num_heads=4),
     "p4d32L2": dict(patch_size=4, embed_dim=32, depth=2, num_heads=2),
     "p7d64L4": dict(patch_size=7, embed_dim=64, depth=4, num_heads=4),
-    "p7d64L2": dict(patch_size=7, embed_dim=64, depth=2, num_heads=4),
-    "p7d96L2": dict(patch_size=7, embed_dim=96, depth=2, num_heads=4),
 }
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .io import project_root
 
-__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
+__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")
@@ -56,6 +56,9 @@ PAPER_DATASETS = ("cifar10", "cifar100")
 # centralised), local AdamW with a cosine schedule over the rounds (the paper profile's schedule).
 CPU_ROUNDS = 120  # FedAvg IID gains < 1 point over the last 10% of the rounds (docs/cpu_profile.md)
 CPU_WARMUP = 30  # T0 = 25% of the rounds
+# vit_fmnist_w48 trained centrally on the federation's 10,800-image pool, 15 epochs (docs/cpu_profile.md): the
+# reference FedAvg at IID is measured against (tools/cpu_convergence.py, notebook 11)
+CPU_CENTRALISED = 0.846
 CPU_SCALE = dict(dataset="fashion_mnist", model="vit_fmnist_w48", train_subset=12000, n_clients=100,
                  clients_per_round=10, batch_size=16, eval_every=10, lr_schedule="cosine")
 

@@ -15,22 +15,19 @@ import numpy as np
 
 import fedfrozen as ff
 
-CENTRALISED_POOL = 0.846  # vit_fmnist_w48, centralised on the 10,800-image pool, 15 epochs (docs/cpu_profile.md)
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--rounds", type=int, default=ff.profiles.CPU_ROUNDS)
     ap.add_argument("--partitions", nargs="+", default=["iid", "dirichlet:0.5", "dirichlet:0.1"])
-    ap.add_argument("--centralised", type=float, default=CENTRALISED_POOL)
+    ap.add_argument("--centralised", type=float, default=ff.profiles.CPU_CENTRALISED)
     args = ap.parse_args()
     base = ff.profiles.federated("cpu", rounds=args.rounds)
     lr = ff.profiles.learning_rates(["fedavg"], profile="cpu")["fedavg"]
     for part in args.partitions:
-        kind, _, alpha = part.partition(":")
-        cfgs = [ff.Config(**{**base, "method": "fedavg", "lr": lr, "partition": kind, "seed": s,
-                             **({"alpha": float(alpha)} if alpha else {})}) for s in args.seeds]
+        cfgs = [ff.Config(seed=s, **ff.partition.parse_spec(part), **{**base, "method": "fedavg", "lr": lr})
+                for s in args.seeds]
         hists = ff.run_many(cfgs, experiment=base["dataset"])
         frames = [h.to_frame().dropna(subset=["test_acc"]) for h in hists]
         rounds = frames[0]["round"].to_numpy() + 1
@@ -41,7 +38,7 @@ def main() -> None:
         before = float(np.interp(start, rounds, acc))
         print(f"  test 1: gain over the last 10% of the rounds (from round {start:g}, interpolated) "
               f"{100 * (acc[-1] - before):+.1f} points ({'< 1 point: met' if acc[-1] - before < 0.01 else 'not met'})")
-        if kind == "iid":
+        if cfgs[0].partition == "iid":
             late = np.mean([h.late_accuracy for h in hists])
             gap = 100 * (args.centralised - late)
             print(f"  test 2: late accuracy {late:.3f}, {gap:.1f} points below centralised ({args.centralised:.3f}): "
