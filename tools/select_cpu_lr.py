@@ -2,6 +2,8 @@
 
     python tools/select_cpu_lr.py                  # the methods of the paper notebooks
     python tools/select_cpu_lr.py fedavg fedfrozen
+    python tools/select_cpu_lr.py fedadamw fedlada fedact fedslm mifa fedvarp fedsteer afedlf fedtlu head_pruning
+                                                   # the related systems of notebooks 09-10
 
 AdamW methods on profiles.CPU_LR_GRID; each `<method>:sgd` arm (the method with plain SGD, as its authors
 ran it: momentum 0, no weight decay) on CPU_SGD_LR_GRID. The result goes into profiles.CPU_LR by hand,
