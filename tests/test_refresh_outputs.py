@@ -17,7 +17,7 @@ def _executed_copy():
     injected = nbformat.v4.new_code_cell("profile = 'cpu'", metadata={"tags": ["injected-parameters"],
                                                                      "papermill": {"duration": 0.1}})
     work = nbformat.v4.new_code_cell("print(1)", metadata={"execution": {"iopub.status.busy": "2026"},
-                                                            "papermill": {"status": "completed"}})
+                                                            "papermill": {"status": "completed"}, "tags": []})
     work.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
     nb.cells = [params, injected, work]
     nb.metadata.update(papermill={"parameters": {"profile": "cpu"}}, widgets={"state": {}})
@@ -25,13 +25,24 @@ def _executed_copy():
 
 
 def test_clean_removes_what_papermill_added_and_keeps_the_outputs():
-    nb = nbformat.reads(refresh.clean(_executed_copy()), as_version=4)
+    text = refresh.clean(_executed_copy())
+    assert text.endswith("}\n")  # as Jupyter writes it
+    nb = nbformat.reads(text, as_version=4)
     assert [c.source for c in nb.cells] == ["profile = 'smoke'", "print(1)"]  # the injected cell is gone
     assert "papermill" not in nb.metadata and "widgets" not in nb.metadata
     assert all("papermill" not in c.metadata and "execution" not in c.metadata for c in nb.cells)
     assert nb.cells[0].metadata["tags"] == ["parameters"]  # the notebook's own parameters cell stays
+    assert "tags" not in nb.cells[1].metadata  # papermill's empty tag list is dropped
     assert nb.cells[1].outputs[0].text == "1\n"
 
 
 def test_leaks_finds_an_absolute_path_of_this_machine():
     assert refresh.leaks(f"saved to {refresh.root}/figures/x.png") and not refresh.leaks("saved to figures/x.png")
+
+
+def test_every_committed_notebook_is_as_refresh_outputs_writes_it():
+    """No committed notebook carries papermill's additions, widget state or timestamps (e.g. one copied straight
+    from runs/cpu/ instead of through `--adopt`)."""
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        text = path.read_text()
+        assert refresh.clean(nbformat.reads(text, as_version=4)) == text, f"{path.name}: run tools/refresh_outputs.py"

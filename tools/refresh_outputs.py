@@ -31,7 +31,9 @@ def clean(nb) -> str:
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         cell.metadata.pop("papermill", None)
-    return nbformat.writes(nb)
+        if cell.metadata.get("tags") == []:  # papermill gives every cell an empty tag list
+            cell.metadata.pop("tags")
+    return nbformat.writes(nb) + "\n"  # Jupyter's own files end with a newline
 
 
 def leaks(text: str) -> list[str]:
