@@ -1,6 +1,7 @@
 import os
-from pathlib import Path
 
+import flower_lock
+import notebook_order
 import pytest
 
 import fedfrozen as ff
@@ -60,32 +61,41 @@ def _threads_as_they_were(monkeypatch):
 
 # Settings of a test session, shared by tests/ and notebooks/ (nbval).
 #
-# The README's test command runs on two pytest-xdist workers (`-n 2 --dist loadgroup`). Each worker then runs torch
+# The README's test command runs on two pytest-xdist workers (`-n 2 --dist loadfile`). Each worker then runs torch
 # on one thread (two workers of one thread each on a 2-core machine, not two of two threads fighting for the cores:
-# oversubscribed, torch's threads spin against each other), and so do the notebook kernels nbval starts. Tests that
-# must not run at once share a group: every cell of one notebook (they run in order in one kernel), and everything
-# that starts Flower or Ray (tests/test_flower.py and notebook 08) in one group.
-# (Collection hooks of this file see every item of the session, the notebooks' cells included. `pytest notebooks
-# -n 2` without tests/ does not load this file, and a second conftest.py under notebooks/ would shadow this one's
-# `from conftest import ...`: run notebooks alone on one worker.)
+# oversubscribed, torch's threads spin against each other), and so do the notebook kernels nbval starts.
+#
+# `--dist loadfile` sends every item of one file to one worker, in order: a notebook's cells run in one kernel,
+# each after the ones before it. (Until pytest 8 this file marked a notebook's cells with one `xdist_group` for
+# `--dist loadgroup`; under pytest 9 those marks no longer reach xdist's scheduler and the cells were split across
+# the workers. The file is xdist's own unit of scheduling and needs no mark.) `notebook_order` checks it on every
+# cell: a cell whose predecessors did not run in its worker fails with a message naming the cause.
+# Everything that starts Flower or Ray (tests/test_flower.py and notebook 08) must not run at once: a lock file of
+# this test session serialises those files across the workers (`flower_lock`).
+# (`pytest notebooks -n 2` without tests/ does not load this file, and a second conftest.py under notebooks/ would
+# shadow this one's `from conftest import ...`: run notebooks alone on one worker.)
+
+
+class SessionChecks:
+    """Hooks for every item of the session: a conftest's own run-time hooks see only the items below its folder,
+    and the notebooks are not below tests/ (registered as a plugin, they see all)."""
+
+    def pytest_collection_finish(self, session):
+        notebook_order.collected(session.items)
+
+    def pytest_runtest_setup(self, item):
+        notebook_order.check(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        with flower_lock.held_for(item, nextitem):
+            yield
 
 
 def pytest_configure(config):
+    config.pluginmanager.register(SessionChecks(), "fedfrozen-session-checks")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("FEDFROZEN_THREADS", "1")
         import torch
 
         torch.set_num_threads(1)
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.suffix == ".ipynb":
-            group = "flower" if "flower" in path.stem else path.stem
-        elif path.name == "test_flower.py":
-            group = "flower"
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
