@@ -45,7 +45,7 @@ class Config:
     partition: str = "dirichlet"       # iid | dirichlet | shards | quantity
     alpha: float = 0.5                 # Dirichlet concentration (label skew; beta for quantity skew)
     classes_per_client: int = 2        # for partition="shards"
-    n_clients: int = 20                # number of clients N
+    n_clients: int = 10                # number of clients N
     clients_per_round: int | None = None  # |S| sampled per round (None: all clients)
     participation: str = "uniform"     # full | uniform (clients_per_round drawn each round) | skewed (Bernoulli, below)
     participation_rate: float = 0.1    # skewed: C, the expected share of clients per round (sum_i p_i = C N)
@@ -98,6 +98,7 @@ class Config:
     seed: int = 0
     device: str = "auto"               # auto | cpu | cuda
     eval_every: int = 1                # evaluate the global model every k rounds (and at the end)
+    eval_window: int = 0               # also evaluate every one of the last k rounds; late measures use them (0: the last 3 evaluations)
     amp: bool = False                  # bfloat16 autocast (GPU only)
     engine: str = "sequential"         # local training: sequential (one client at a time) | batched (vmap over clients) | auto
     engine_chunk: int | None = None    # batched engine: clients trained at once (None: as many as a memory budget allows)
@@ -269,6 +270,9 @@ class Config:
         integer("seed", 0)
         choice("device", ("auto", "cpu", "cuda"))
         integer("eval_every", 1)
+        integer("eval_window", 0)
+        if self.eval_window > self.rounds:
+            raise ValueError(f"eval_window ({self.eval_window}) must not exceed rounds ({self.rounds})")
         choice("engine", ("sequential", "batched", "auto"))
         integer("engine_chunk", 1)
         methods.build(self)  # the method's own checks: its settings (method_args), component compatibility

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .io import atomic_write
 
-__all__ = ["History", "WALL_CLOCK_COLUMNS"]
+__all__ = ["History", "WALL_CLOCK_COLUMNS", "LATE_EVALUATIONS", "oscillation"]
 
 WALL_CLOCK_COLUMNS = ("seconds",)
 
@@ -22,7 +22,23 @@ def _clean(v):
     return v
 
 
-LATE_EVALUATIONS = 3  # evaluations averaged by History.late / late_accuracy
+LATE_EVALUATIONS = 3  # evaluations averaged by History.late / late_accuracy when a run has no late window
+
+
+def oscillation(values) -> float:
+    """How much a curve swings from round to round, not how much it trends (docs/claims.md, C1 stability).
+
+    A least-squares line is removed from the values (consecutive rounds) and the measure is half the mean absolute
+    change of what remains from one round to the next: 0 for a straight or smoothly bending curve, A for a curve
+    that alternates A above and below its trend every round. NaN with fewer than 3 values."""
+    y = [float(v) for v in values]
+    k = len(y)
+    if k < 3:
+        return math.nan
+    t_mean, y_mean = (k - 1) / 2, sum(y) / k
+    slope = sum((t - t_mean) * (v - y_mean) for t, v in enumerate(y)) / sum((t - t_mean) ** 2 for t in range(k))
+    resid = [v - slope * t for t, v in enumerate(y)]  # the intercept cancels in the differences
+    return sum(abs(b - a) for a, b in zip(resid, resid[1:])) / (2 * (k - 1))
 
 
 class History:
@@ -54,11 +70,28 @@ class History:
                 return row[key]
         return default
 
-    def late(self, key: str, k: int = LATE_EVALUATIONS, default=None):
-        """The mean of the last `k` non-missing values of column `key` (fewer if the run has fewer): a run's
-        level at its end, less sensitive than one evaluation to which clients the last rounds sampled."""
-        values = [row[key] for row in self.rows if row.get(key) is not None][-k:]
+    def window(self, key: str) -> list:
+        """The non-missing values of column `key` in the run's late window: every round of the last
+        `eval_window` rounds when its config has one (evaluated every round there), else the last
+        LATE_EVALUATIONS values."""
+        window = int(self.config.get("eval_window") or 0)
+        if window:
+            rounds = int(self.config.get("rounds") or len(self.rows))
+            return [row[key] for row in self.rows if row.get(key) is not None and row["round"] >= rounds - window]
+        return [row[key] for row in self.rows if row.get(key) is not None][-LATE_EVALUATIONS:]
+
+    def late(self, key: str, k: int | None = None, default=None):
+        """The mean of column `key` over the late window (`window`), or over its last `k` non-missing values
+        when k is given (fewer if the run has fewer): a run's level at its end, less sensitive than one
+        evaluation to which clients the last rounds sampled."""
+        values = self.window(key) if k is None else [row[key] for row in self.rows if row.get(key) is not None][-k:]
         return sum(values) / len(values) if values else default
+
+    def oscillation(self, key: str = "test_acc") -> float:
+        """`oscillation` of column `key` over the late window; NaN unless the window holds consecutive rounds
+        (a config with eval_window >= 3, or eval_every 1)."""
+        consecutive = int(self.config.get("eval_window") or 0) >= 3 or int(self.config.get("eval_every") or 1) == 1
+        return oscillation(self.window(key)) if consecutive else math.nan
 
     @property
     def final_accuracy(self) -> float | None:
@@ -66,7 +99,7 @@ class History:
 
     @property
     def late_accuracy(self) -> float | None:
-        """Test accuracy averaged over the last LATE_EVALUATIONS evaluations (`late("test_acc")`)."""
+        """Test accuracy averaged over the late window (`late("test_acc")`)."""
         return self.late("test_acc")
 
     def without_wall_clock(self) -> list[dict]:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "project_root", "notebooks", "DRY_RUN_ENV", "dry_run_settings",
-           "THREADS_ENV", "threads_setting"]
+           "THREADS_ENV", "threads_setting", "use_threads"]
 
 THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
@@ -202,4 +202,20 @@ def threads_setting() -> int | None:
         n = 0
     if n < 1:
         raise ValueError(f"{THREADS_ENV} must be an integer >= 1; got {text!r}")
+    return n
+
+
+def use_threads(default: int = 1) -> int:
+    """Set torch's CPU threads for this process to FEDFROZEN_THREADS, else `default`, and return the count.
+
+    One thread is the default for the project's small models: a second one gains little on them and, when another
+    process is busy on the machine, torch's threads spin against each other and a notebook's own work (notebook
+    01's simulator, single runs, plotting) slows by an order of magnitude (measured: docs/engines.md). Every
+    notebook calls it where it starts; `fedfrozen reproduce` sets FEDFROZEN_THREADS for the kernels it starts,
+    and `ff.run_many` runs each of its workers on one thread."""
+    import torch
+
+    n = threads_setting() or default
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
     return n

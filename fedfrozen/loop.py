@@ -34,6 +34,7 @@ from .rng import seed_for
 from .round import LocalTraining, Round, evaluate, evaluate_round, lr_at, round_metrics
 
 __all__ = ["run", "CheckpointError", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics", "prepare", "Setup",
+           "split_training_data",
            "save_checkpoint"]
 
 _EPS = 1e-12
@@ -65,6 +66,21 @@ def _stratified_holdout(labels: np.ndarray, fraction: float, rng) -> tuple[np.nd
     return held, rest
 
 
+def split_training_data(cfg: Config, train=None):
+    """The training data as a run splits it: (train after `train_subset`, its labels, the validation indices, the
+    server's public indices, the pool the clients are partitioned from, and the holdout generator, which `Setup`
+    goes on drawing from). `ff.loop.split_training_data(cfg)[1][pool]` are the labels the partition sees."""
+    if train is None:
+        train, _ = data.load(cfg.dataset, cfg.data_root, cfg.download)
+    if cfg.train_subset is not None:
+        train = data.subset(train, cfg.train_subset)
+    rng = np.random.default_rng(seed_for("holdout", cfg.seed))
+    labels = train.y.numpy()
+    val_idx, rest = _stratified_holdout(labels, cfg.val_fraction, rng)
+    pub_rel, pool_rel = _stratified_holdout(labels[rest], cfg.public_fraction, rng)
+    return train, labels, val_idx, rest[pub_rel], rest[pool_rel], rng
+
+
 class Setup:
     """Data on the device, client index sets, the resident model and its flat parameters."""
 
@@ -73,13 +89,7 @@ class Setup:
         if train is None:
             train, test = data.load(cfg.dataset, cfg.data_root, cfg.download)
         self.num_classes = train.num_classes
-        if cfg.train_subset is not None:
-            train = data.subset(train, cfg.train_subset)
-        rng = np.random.default_rng(seed_for("holdout", cfg.seed))
-        labels = train.y.numpy()
-        val_idx, rest = _stratified_holdout(labels, cfg.val_fraction, rng)
-        pub_rel, pool_rel = _stratified_holdout(labels[rest], cfg.public_fraction, rng)
-        public_idx, pool = rest[pub_rel], rest[pool_rel]
+        train, labels, val_idx, public_idx, pool, rng = split_training_data(cfg, train)
         if cfg.n_clients > pool.size:
             raise ValueError(f"n_clients ({cfg.n_clients}) exceeds the {pool.size} training samples "
                              f"left for clients")

@@ -116,7 +116,8 @@ def legend_below(fig, ax=None, ncol: int | None = None, title: str | None = None
 def plot_verdicts(df, ax=None, title: str | None = None):
     """Forest plot of paired verdicts (a `tables.verdict_table`, several concatenated): one row per comparison,
     grouped by claim, the mean paired difference d in percentage points with its 95% interval; filled markers
-    where the interval excludes 0 (resolved), hollow where it does not. The x axis is symmetric about 0."""
+    where the difference holds (by `verdict_holm`, the family's Holm-adjusted verdict, when the table has it;
+    else the interval excludes 0), hollow where it does not. The x axis is symmetric about 0."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -125,7 +126,7 @@ def plot_verdicts(df, ax=None, title: str | None = None):
         _, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.2))
     y = np.arange(len(rows))[::-1]
     d, hw = 100 * rows["d"].to_numpy(float), 100 * rows["half_width"].to_numpy(float)
-    resolved = rows["verdict"].isin(["higher", "lower"]).to_numpy()
+    resolved = rows["verdict_holm" if "verdict_holm" in rows else "verdict"].isin(["higher", "lower"]).to_numpy()
     colours = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}
     handles = []
     for claim in dict.fromkeys(rows["claim"]):
@@ -137,7 +138,7 @@ def plot_verdicts(df, ax=None, title: str | None = None):
             ax.scatter(d[pick], y[pick], s=28, zorder=3, edgecolors=colour, facecolors=colour if filled else "white")
         handles.append(Line2D([], [], marker="o", ls="", color=colour, label=claim))
     handles.append(Line2D([], [], marker="o", ls="", color="gray", markerfacecolor="white",
-                          label="hollow: no difference resolved"))
+                          label="hollow: no difference resolved" + (" (Holm)" if "verdict_holm" in rows else "")))
     ax.axvline(0, color="black", lw=0.8)
     reach = float(np.nanmax(np.abs(np.r_[d - hw, d + hw]))) if len(rows) else 1.0
     ax.set_xlim(-1.1 * reach, 1.1 * reach)

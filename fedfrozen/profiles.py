@@ -53,14 +53,16 @@ PAPER_DATASETS = ("cifar10", "cifar100")
 # (measured: docs/cpu_profile.md). 100 clients, 10 sampled per round (seeded), 1 local epoch of batch 16 on a
 # fixed stratified 12,000-image subset (1,200 per class; 10% held out for validation, 10% of each client's
 # share for its local accuracy), the full 10,000-image test set, vit_fmnist_w48 (patch 7, width 48, depth 3: 0.886
-# centralised), local AdamW with a cosine schedule over the rounds (the paper profile's schedule).
+# centralised), local AdamW with a cosine schedule over the rounds (the paper profile's schedule). Evaluated every
+# 10 rounds and on every one of the last 10 (`eval_window`): the late measures (late accuracy, oscillation;
+# docs/claims.md) come from those 10 rounds. The data is read from data/ or Debian's package, else downloaded.
 CPU_ROUNDS = 120  # FedAvg IID gains < 1 point over the last 10% of the rounds (docs/cpu_profile.md)
 CPU_WARMUP = 30  # T0 = 25% of the rounds
 # vit_fmnist_w48 trained centrally on the federation's 10,800-image pool, 15 epochs (docs/cpu_profile.md): the
 # reference FedAvg at IID is measured against (tools/cpu_convergence.py, notebook 11)
 CPU_CENTRALISED = 0.846
 CPU_SCALE = dict(dataset="fashion_mnist", model="vit_fmnist_w48", train_subset=12000, n_clients=100,
-                 clients_per_round=10, batch_size=16, eval_every=10, lr_schedule="cosine")
+                 clients_per_round=10, batch_size=16, eval_every=10, eval_window=10, lr_schedule="cosine")
 
 # Learning rates at the cpu scale (tools/select_cpu_lr.py; grids below). "<method>:sgd" is the method with
 # SGD_AS_PUBLISHED local training, beside its AdamW variant.
@@ -133,7 +135,7 @@ def federated(profile: str, rounds: int = CPU_ROUNDS, warmup_rounds: int = CPU_W
         profile,
         smoke=dict(dataset="digits", rounds=3, warmup_rounds=1, n_clients=5, local_steps=2, eval_every=1,
                    model_kwargs=dict(embed_dim=16, depth=1, num_heads=2)),
-        cpu=dict(CPU_SCALE, rounds=rounds, warmup_rounds=warmup_rounds),
+        cpu=dict(CPU_SCALE, rounds=rounds, warmup_rounds=warmup_rounds, download=True, data_root=data_root()),
         paper=dict(dataset=paper_dataset, model="vit_cifar", rounds=200, warmup_rounds=50, n_clients=100,
                    clients_per_round=10, eval_every=5, download=True, data_root=data_root(),
                    **{**PAPER_RECIPE, **(_paper_overrides(paper_dataset) if profile == "paper" else {})}))

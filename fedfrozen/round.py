@@ -309,7 +309,7 @@ def evaluate_round(s, r: int) -> dict:
     cfg = s.cfg
     keys = ("test_loss", "test_acc", "val_loss", "val_acc", "client_acc_mean", "client_acc_worst10",
             "client_acc_std")
-    if (r + 1) % cfg.eval_every and r != cfg.rounds - 1:
+    if (r + 1) % cfg.eval_every and r < cfg.rounds - max(cfg.eval_window, 1):
         return dict.fromkeys(keys)
     out = {}
     out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)

@@ -5,7 +5,8 @@
 over the last evaluations, upload, time per round by stage); `mean_std(df, by, cols)` aggregates
 over seeds and `format_mean_std` prints "mean ± std". `compare` is the one rule every notebook
 uses to say whether a difference holds (PAIRED_RULE: the 95% t-interval of the paired differences
-over seeds excludes 0).
+over seeds excludes 0), judged among the comparisons of its family (FAMILY_RULE: Holm-Bonferroni over a
+notebook's verdict table); `detectable` says what a comparison could have seen (80% power).
 
 Why a t-interval and not a paired bootstrap: at n = 5 seeds a bootstrap has at most 126 distinct
 resamples and its percentile interval is too narrow (it ignores that sd(d) is itself estimated),
@@ -14,19 +15,25 @@ while the t-interval is exact for normal differences, closed-form and determinis
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "PAIRED_RULE",
-           "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
-           "simulated_clock"]
+           "FAMILY_RULE", "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
+           "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "simulated_clock"]
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
                "compared as pairs: d_i = a_i - b_i over the n seeds both have; a difference holds when the 95% "
                "t-interval d_mean +- t(0.975, n-1) * sd(d) / sqrt(n) excludes 0 ('higher' or 'lower'), else "
                "'no difference resolved'; one seed has no interval and resolves nothing")
+FAMILY_RULE = ("a verdict is judged among the comparisons of its family (a notebook's verdict table; the README's "
+               "rows): Holm-Bonferroni at family-wise level 0.05 on the paired t-test's p-values; a family of one "
+               "is the paired rule itself")
+POWER = 0.8  # the power at which `detectable` states the smallest difference a comparison could see
 RESOLVED = ("higher", "lower")
 UNRESOLVED = "no difference resolved"
 
@@ -41,6 +48,11 @@ class Comparison:
     diff: float
     half_width: float
     n: int
+    # where the arms came from, when `compare` made it (not part of equality): the table's grouping columns and
+    # the two rows' labels in them (`recompute` finds the runs again by these)
+    by: tuple = field(default=(), compare=False)
+    a: tuple = field(default=(), compare=False)
+    b: tuple = field(default=(), compare=False)
 
     @property
     def gap(self) -> float:
@@ -63,6 +75,20 @@ class Comparison:
     def interval(self) -> tuple[float, float]:
         return self.diff - self.half_width, self.diff + self.half_width
 
+    @property
+    def sd(self) -> float:
+        """The standard deviation of the paired differences (from the half-width; NaN for one seed)."""
+        return sd_from_half_width(self.half_width, self.n)
+
+    @property
+    def p_value(self) -> float:
+        """The paired t-test's two-sided p-value (the rule resolves exactly when it is below 0.05)."""
+        return paired_p(self.diff, self.half_width, self.n)
+
+    def detectable(self, power: float = POWER) -> float:
+        """The smallest true difference this comparison finds with probability `power` (`detectable`)."""
+        return detectable(self.sd, self.n, power)
+
     def __str__(self) -> str:
         return (f"{self.mean_a:.3f} vs {self.mean_b:.3f}: d = {self.diff:+.3f} ± {self.half_width:.3f} ({self.n}): "
                 f"{self.verdict}")
@@ -75,6 +101,64 @@ def t_quantile(n: int) -> float:
     from scipy.stats import t
 
     return float(t.ppf(0.975, n - 1))
+
+
+def sd_from_half_width(half_width: float, n: int) -> float:
+    """sd(d) from a 95% half-width over n seeds (inverting PAIRED_RULE's interval); NaN for n < 2."""
+    if n < 2 or not math.isfinite(half_width):
+        return math.nan
+    return half_width * math.sqrt(n) / t_quantile(n)
+
+
+def paired_p(d: float, half_width: float, n: int) -> float:
+    """Two-sided p-value of the paired t-test whose 95% interval is d +- half_width over n seeds (1.0 for one
+    seed or identical arms)."""
+    sd = sd_from_half_width(half_width, n)
+    if not math.isfinite(sd):
+        return 1.0
+    if sd == 0:
+        return 1.0 if d == 0 else 0.0
+    from scipy.stats import t
+
+    return float(2 * t.sf(abs(d) / (sd / math.sqrt(n)), n - 1))
+
+
+def detectable(sd: float, n: int, power: float = POWER, level: float = 0.05) -> float:
+    """The smallest true mean difference a two-sided paired t-test at `level` over n seeds with this sd(d)
+    detects with probability `power` (non-central t; inf for n < 2). For large n it approaches
+    (z(1 - level/2) + z(power)) * sd / sqrt(n), 2.80 sd / sqrt(n) at the defaults."""
+    if n < 2 or not math.isfinite(sd):
+        return math.inf
+    if sd == 0:
+        return 0.0
+    from scipy.optimize import brentq
+    from scipy.stats import nct, norm, t
+
+    df, crit = n - 1, float(t.ppf(1 - level / 2, n - 1))
+
+    def shortfall(delta: float) -> float:
+        nc = delta * math.sqrt(n) / sd
+        found = float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
+        if math.isnan(found):  # scipy's non-central t gives up far in the tail at large df: the normal limit
+            found = float(norm.sf(crit - nc) + norm.cdf(-crit - nc))
+        return found - power
+
+    hi = sd
+    while shortfall(hi) < 0:
+        hi *= 2
+    return float(brentq(shortfall, 0.0, hi, xtol=1e-12 * max(sd, 1e-300)))
+
+
+def holm(pvalues) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (step-down, kept monotone, capped at 1), in the order given: a hypothesis
+    holds at family-wise level a when its adjusted p-value is below a. One p-value comes back unchanged."""
+    p = [float(x) for x in pvalues]
+    m = len(p)
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: p[i])):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
 
 
 def compare_runs(values_a, values_b) -> Comparison:
@@ -109,7 +193,18 @@ def compare(stats, a, b, col: str = "final_acc") -> Comparison:
     if not shared:
         raise ValueError(f"rows {a!r} and {b!r} share no seed (seeds {sorted(va)} and {sorted(vb)}): "
                          f"the paired rule compares runs of the same seeds")
-    return compare_runs([va[s] for s in shared], [vb[s] for s in shared])
+    c = compare_runs([va[s] for s in shared], [vb[s] for s in shared])
+    return dataclasses.replace(c, by=tuple(stats.index.names), a=_labels(a), b=_labels(b))
+
+
+def _labels(row) -> tuple:
+    """A mean_std row's labels as a tuple (one label for a table grouped by one column)."""
+    return tuple(row) if isinstance(row, tuple) else (row,)
+
+
+def _row(labels):
+    """The inverse of `_labels`: the row key of a mean_std table."""
+    return labels[0] if len(labels) == 1 else tuple(labels)
 
 
 def resolution(comparisons) -> float:
@@ -117,13 +212,15 @@ def resolution(comparisons) -> float:
     widths = [c.half_width for c in comparisons]
     return min(widths) if widths else math.inf
 
-VERDICT_COLUMNS = ["claim", "comparison", "measure", "mean_a", "mean_b", "d", "half_width", "n", "verdict"]
+VERDICT_COLUMNS = ["claim", "comparison", "measure", "mean_a", "mean_b", "d", "half_width", "n", "verdict", "by", "a", "b"]
+ADJUSTED_COLUMNS = ["p", "p_holm", "verdict_holm", "detectable"]
 
 
 def verdict_table(rows, measure: str = "late_acc"):
     """The verdicts a notebook decides, one row per (claim, comparison, Comparison) in `rows`: the claim it
     bears on ("C1".."C4"), what was compared ("FedFrozen - FedAvg, dirichlet:0.1"), the means, d, the 95%
-    half-width, n and the verdict (VERDICT_COLUMNS). The claim notebooks write it beside their tables
+    half-width, n and the verdict (VERDICT_COLUMNS), then the rows judged as one family (`adjust`: p, Holm's
+    p and verdict, the difference detectable at 80% power). The claim notebooks write it beside their tables
     (figures/NN_verdicts.csv) and the headline figure and the README's numbers are read from it."""
     import pandas as pd
 
@@ -132,8 +229,55 @@ def verdict_table(rows, measure: str = "late_acc"):
         if not isinstance(c, Comparison):
             raise TypeError(f"verdict_table rows are (claim, comparison, Comparison); got {type(c).__name__} for {label!r}")
         out.append(dict(claim=claim, comparison=label, measure=measure, mean_a=c.mean_a, mean_b=c.mean_b, d=c.diff,
-                        half_width=c.half_width, n=c.n, verdict=c.verdict))
-    return pd.DataFrame(out, columns=VERDICT_COLUMNS)
+                        half_width=c.half_width, n=c.n, verdict=c.verdict, by=json.dumps(list(c.by)),
+                        a=json.dumps(list(c.a)), b=json.dumps(list(c.b))))
+    return adjust(pd.DataFrame(out, columns=VERDICT_COLUMNS))
+
+
+def adjust(table, level: float = 0.05, power: float = POWER):
+    """A verdict table (columns d, half_width, n) judged as one family (FAMILY_RULE), as a copy with: `p` (the
+    paired t-test), `p_holm` (Holm-Bonferroni over the table's rows), `verdict_holm` ('higher'/'lower' when
+    p_holm < level, else 'no difference resolved') and `detectable` (the smallest difference each comparison
+    finds with probability `power`, from its own sd(d) and n). d, half-width and n are sufficient statistics
+    of the paired t-test, so a table written before this existed is adjusted exactly."""
+    out = table.copy()
+    out["p"] = [paired_p(d, h, int(n)) for d, h, n in zip(out["d"], out["half_width"], out["n"])]
+    out["p_holm"] = holm(out["p"]) if len(out) else []
+    out["verdict_holm"] = [("higher" if d > 0 else "lower") if p < level else UNRESOLVED
+                           for d, p in zip(out["d"], out["p_holm"])]
+    out["detectable"] = [detectable(sd_from_half_width(h, int(n)), int(n), power)
+                         for h, n in zip(out["half_width"], out["n"])]
+    return out
+
+
+def per_seed(runs):
+    """The tidy per-seed table a notebook commits (figures/NN_per_seed.csv): one row per run, its config key,
+    settings and every measure (`summarise`'s columns and the notebook's own labels), from which its verdict
+    table is recomputed without retraining (`recompute`). Refuses a table in which a run appears twice."""
+    if "key" in runs.columns and runs["key"].duplicated().any():
+        dup = runs.loc[runs["key"].duplicated(), "key"].tolist()
+        raise ValueError(f"per_seed: run(s) {dup[:5]} appear more than once")
+    return runs.reset_index(drop=True)
+
+
+def recompute(verdicts, runs):
+    """The verdict table again, from a per-seed table: each row's two arms found by their labels (`by`, `a`, `b`)
+    and paired by seed on its measure, then `adjust`ed as one family. Equal to the committed table when both
+    come from the same runs (tests/test_tables.py)."""
+    import pandas as pd
+
+    rows = []
+    for v in verdicts.itertuples(index=False):
+        by = json.loads(v.by)
+        if not by:
+            raise ValueError(f"verdict {v.comparison!r} does not say which runs it compares (no `by` labels)")
+        stats = mean_std(runs, by, [v.measure])
+        c = compare(stats, _row(json.loads(v.a)), _row(json.loads(v.b)), v.measure)
+        rows.append((v.claim, v.comparison, c, v.measure))
+    tables = [verdict_table([(cl, lab, c)], measure=m) for cl, lab, c, m in rows]
+    if not tables:
+        return verdicts.iloc[0:0]
+    return adjust(pd.concat(tables, ignore_index=True)[VERDICT_COLUMNS])
 
 
 SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")
@@ -144,7 +288,9 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
     evaluated = df.dropna(subset=["test_acc"])
     reached = evaluated[evaluated["test_acc"] >= target]
     cum_bytes = (df["bytes_up"] + df["bytes_down"]).cumsum()
-    row = {k: getattr(cfg, k) for k in SETTINGS}
+    from .experiments import config_key
+
+    row = {"key": config_key(cfg), **{k: getattr(cfg, k) for k in SETTINGS}}
     row.update(
         final_acc=hist.final_accuracy,
         late_acc=hist.late_accuracy,
@@ -152,6 +298,7 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
         rounds_to_target=float(reached["round"].iloc[0] + 1) if len(reached) else np.nan,
         MB_to_target=float(cum_bytes[reached.index[0]] / 1e6) if len(reached) else np.nan,
         stability=float(evaluated["test_acc"].tail(last).std()) if len(evaluated) >= 2 else np.nan,
+        oscillation=hist.oscillation("test_acc"),
         upload_MB=float(df["bytes_up"].sum() / 1e6),
         download_MB=float(df["bytes_down"].sum() / 1e6),
         sec_per_round_stage1=float(df.loc[df["stage"] == 1, "seconds"].median()) if (df["stage"] == 1).any() else np.nan,
@@ -164,8 +311,10 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
 def summarise(cfgs, hists, target: float = 0.8, last: int = 3):
     """One row per run: its settings and headline numbers.
 
-    target: the test accuracy for `rounds_to_target` / `MB_to_target` (NaN when never reached);
-    stability: std of the last `last` evaluated test accuracies.
+    key: the run's cache key (`experiments.config_key`); late_acc: test accuracy over the late window
+    (`History.late`); target: the test accuracy for `rounds_to_target` / `MB_to_target` (NaN when never
+    reached); stability: std of the last `last` evaluated test accuracies (follows a trend as much as a swing);
+    oscillation: the late window's swing around its trend (`History.oscillation`, docs/claims.md: C1 stability).
     """
     import pandas as pd
 
@@ -183,6 +332,12 @@ def mean_std(df, by, cols):
     flat = df.reset_index(drop=True)
     flat = flat.assign(_seed=flat["seed"] if "seed" in flat.columns else flat.groupby(by).cumcount())
     keys = list(by) if not isinstance(by, str) else by
+    dup = flat.duplicated(subset=[*(keys if isinstance(keys, list) else [keys]), "_seed"], keep=False)
+    if dup.any():
+        first = flat.loc[dup].iloc[0]
+        where = {k: first[k] for k in (keys if isinstance(keys, list) else [keys])}
+        raise ValueError(f"mean_std: seed {first['_seed']} appears {int(dup.sum())} times in row {where} (rows are "
+                         f"grouped by {by!r}): a seed is one run per row; add the column that tells the runs apart to `by`")
     row = (lambda k: k[0]) if not isinstance(by, str) and len(keys) == 1 else (lambda k: k)  # the index's own labels
     out.attrs["per_seed"] = {c: {row(key): dict(zip(sub["_seed"].tolist(), sub[c].astype(float).tolist()))
                                  for key, sub in flat.groupby(keys)}

@@ -228,6 +228,8 @@ def test_client_splits_are_disjoint_and_cover_the_pool():
     (dict(local_objective="feddyn"), "feddyn"),
     (dict(init="public"), "public_fraction"),
     (dict(scaffold_variant="option3"), "scaffold_variant"),
+    (dict(eval_window=4), "eval_window"),
+    (dict(eval_window=-1), "eval_window"),
 ])
 def test_bad_config_names_the_field(kw, field):
     with pytest.raises(ValueError, match=field):
@@ -249,3 +251,20 @@ def test_bad_checkpoint_arguments_are_named_before_training(tmp_path):
         ff.run(cfg, checkpoint=tmp_path / "c.pt", checkpoint_seconds=-1, progress=False)
     with pytest.raises(FileNotFoundError, match="resume_from"):
         ff.run(cfg, resume_from=tmp_path / "missing.pt", progress=False)
+
+
+def test_a_late_window_is_evaluated_every_round_and_changes_nothing_else():
+    """eval_window=3 of 6 rounds at eval_every=3: rounds 2, 3, 4, 5 evaluated (2 by eval_every); training is the same
+    run (every non-evaluation column equal), and the late measures come from the window."""
+    plain = ff.run(tiny_config(rounds=6, eval_every=3), progress=False)
+    windowed = ff.run(tiny_config(rounds=6, eval_every=3, eval_window=3), progress=False)
+    evaluated = [r["round"] for r in windowed.rows if r["test_acc"] is not None]
+    assert evaluated == [2, 3, 4, 5]
+    eval_cols = {"test_loss", "test_acc", "val_loss", "val_acc", "client_acc_mean", "client_acc_worst10",
+                 "client_acc_std", "seconds"}
+    strip = (lambda h: [{k: v for k, v in r.items() if k not in eval_cols} for r in h.rows])
+    assert strip(plain) == strip(windowed)
+    assert windowed.window("test_acc") == [r["test_acc"] for r in windowed.rows[3:]]
+    assert windowed.late_accuracy == pytest.approx(sum(windowed.window("test_acc")) / 3)
+    assert math.isfinite(windowed.oscillation()) and math.isnan(plain.oscillation())  # plain: 2 evaluations, 3 apart
+    assert plain.late_accuracy == pytest.approx((plain.rows[2]["test_acc"] + plain.rows[5]["test_acc"]) / 2)

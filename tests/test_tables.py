@@ -159,3 +159,100 @@ def test_paper_data_root_is_the_projects_data_from_notebooks_and_local_data_else
     elsewhere.mkdir(parents=True)
     monkeypatch.chdir(elsewhere)
     assert ff.profiles.data_root() == "data"
+
+
+# --- the family rule (Holm), power, the per-seed tables (issue: verdicts a reviewer accepts) ---------------------
+
+def test_holm_on_known_p_values():
+    # sorted 0.01, 0.02, 0.03, 0.04 -> 4 * 0.01, 3 * 0.02, 2 * 0.03 (0.06 kept), 1 * 0.04 -> max(0.06, 0.04)
+    assert ff.tables.holm([0.04, 0.01, 0.03, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert ff.tables.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert ff.tables.holm([0.03]) == [0.03]  # a family of one is unchanged
+    assert ff.tables.holm([]) == []
+
+
+def test_paired_p_matches_scipys_paired_t_test_and_the_rule():
+    from scipy.stats import ttest_rel
+
+    a, b = np.array([0.71, 0.69, 0.73, 0.70, 0.72]), np.array([0.70, 0.69, 0.71, 0.70, 0.70])
+    c = ff.tables.compare_runs(a, b)
+    assert c.p_value == pytest.approx(ttest_rel(a, b).pvalue, rel=1e-9)
+    assert (c.p_value < 0.05) == c.resolved
+    assert c.sd == pytest.approx(np.std(a - b, ddof=1))
+
+
+def test_detectable_difference_at_80_percent_power():
+    # large n: (z(0.975) + z(0.8)) * sd / sqrt(n) = 2.8016 * sd / sqrt(n)
+    assert ff.tables.detectable(1.0, 400) == pytest.approx(2.8016 / 20, rel=0.01)
+    # the issue's C1 at alpha 0.1: sd(d) 1.85 points over 5 seeds -> about 3 points
+    assert 2.5 < ff.tables.detectable(1.85, 5) < 3.5
+    # more seeds, smaller detectable difference; one seed detects nothing
+    assert ff.tables.detectable(1.85, 20) < ff.tables.detectable(1.85, 10) < ff.tables.detectable(1.85, 5)
+    assert ff.tables.detectable(1.0, 1) == math.inf
+    # and it is what it says: a true difference of that size is found with probability 0.8 (simulated)
+    rng = np.random.default_rng(0)
+    delta = ff.tables.detectable(1.0, 8)
+    d = rng.normal(delta, 1.0, size=(20000, 8))
+    hw = ff.tables.t_quantile(8) * d.std(axis=1, ddof=1) / np.sqrt(8)
+    assert (np.abs(d.mean(axis=1)) > hw).mean() == pytest.approx(0.8, abs=0.01)
+
+
+def test_adjust_turns_raw_verdicts_into_family_verdicts():
+    """p = 0.020, 0.025 and 1e-4 (d, half-width and n made to give them): Holm sorts them 1e-4, 0.020, 0.025 and
+    multiplies by 3, 2, 1, kept monotone -> 3e-4, 0.04, 0.04: all three hold; doubled to six, the four near 0.02
+    do not (6 x 1e-4, 5 x 1e-4, then 4 x 0.020 = 0.08)."""
+    rows = []
+    for d, p in ((0.01, 0.020), (0.01, 0.025), (0.02, 1e-4)):
+        from scipy.stats import t
+
+        tstat = t.isf(p / 2, 4)
+        sd = d * math.sqrt(5) / tstat
+        rows.append(dict(d=d, half_width=ff.tables.t_quantile(5) * sd / math.sqrt(5), n=5))
+    out = ff.tables.adjust(pd.DataFrame(rows))
+    assert out["p"].tolist() == pytest.approx([0.020, 0.025, 1e-4], rel=1e-6)
+    assert out["p_holm"].tolist() == pytest.approx([0.04, 0.04, 3e-4], rel=1e-6)
+    assert out["verdict_holm"].tolist() == ["higher", "higher", "higher"]
+    out2 = ff.tables.adjust(pd.DataFrame(rows * 2))  # six comparisons: the p ~ 0.02 ones no longer hold
+    assert (out2["verdict_holm"] == ff.tables.UNRESOLVED).sum() == 4
+    one = ff.tables.adjust(pd.DataFrame(rows[:1]))  # a family of one: the paired rule itself
+    assert one["p_holm"].iloc[0] == pytest.approx(one["p"].iloc[0])
+    assert (out["detectable"] > 0).all()
+
+
+def test_mean_std_refuses_a_seed_twice_in_one_row():
+    df = pd.DataFrame(dict(method=["a", "a", "b"], seed=[0, 0, 0], late_acc=[0.5, 0.6, 0.7]))
+    with pytest.raises(ValueError, match=r"seed 0 appears 2 times in row \{'method': 'a'\}"):
+        ff.tables.mean_std(df, ["method"], ["late_acc"])
+
+
+def test_the_per_seed_table_reproduces_the_verdict_table():
+    rng = np.random.default_rng(1)
+    runs = pd.DataFrame([dict(key=f"{m}{a}{s}", method=m, alpha=a, seed=s,
+                              late_acc=0.7 + 0.01 * (m == "fedfrozen") + 0.02 * rng.normal())
+                         for m in ("fedavg", "fedfrozen") for a in (0.1, 0.5) for s in range(6)])
+    table = ff.tables.mean_std(runs, ["alpha", "method"], ["late_acc"])
+    rows = [("C1", f"FedFrozen − FedAvg, α={a}", ff.tables.compare(table, (a, "fedfrozen"), (a, "fedavg"), "late_acc"))
+            for a in (0.1, 0.5)]
+    verdicts = ff.tables.verdict_table(rows)
+    again = ff.tables.recompute(verdicts, ff.tables.per_seed(runs))
+    pd.testing.assert_frame_equal(again, verdicts)
+    # through CSV, as committed
+    import io
+
+    read = (lambda df: pd.read_csv(io.StringIO(df.to_csv(index=False))))
+    pd.testing.assert_frame_equal(ff.tables.recompute(read(verdicts), read(runs)), read(verdicts), check_exact=False,
+                                  rtol=1e-12)
+    with pytest.raises(ValueError, match="appear more than once"):
+        ff.tables.per_seed(pd.concat([runs, runs.iloc[:1]]))
+
+
+def test_oscillation_is_zero_for_a_trend_and_the_amplitude_of_a_swing():
+    from fedfrozen.history import oscillation
+
+    line = [0.5 + 0.01 * t for t in range(10)]
+    bend = [0.8 - 0.05 * math.exp(-t / 5) for t in range(10)]  # a late window still settling by 4 points
+    swing = [0.7 + 0.002 * t + (0.05 if t % 2 else -0.05) for t in range(10)]
+    assert oscillation(line) == pytest.approx(0.0, abs=1e-12)
+    assert oscillation(bend) < 0.1 * oscillation(swing)
+    assert oscillation(swing) == pytest.approx(0.05, rel=0.05)
+    assert math.isnan(oscillation([0.5, 0.6]))
