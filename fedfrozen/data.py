@@ -289,8 +289,9 @@ def _load_fashion_mnist(root: str, download: bool) -> tuple[Split, Split]:
             _open_torchvision("fashion_mnist", root, False, True)
         except (OSError, RuntimeError) as e:
             raise ValueError(f"dataset 'fashion_mnist': the download to {root!r} failed ({type(e).__name__}: "
-                             f"{str(e)[:200]}); install Debian's dataset-fashion-mnist or put the four IDX "
-                             f"files in {places[0]!r}") from None
+                             f"{str(e)[:200]}); the three ways to the data: (1) put the four IDX files in "
+                             f"{places[0]!r}; (2) `apt-get install dataset-fashion-mnist` (Debian, to {places[1]!r}); "
+                             f"(3) the same download again where the network reaches its mirrors") from None
         files = _idx_files(places[0])
     return _memoised(files, lambda: _read_fashion_mnist(files))
 

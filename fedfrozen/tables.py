@@ -24,7 +24,8 @@ import numpy as np
 
 __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "PAIRED_RULE",
            "FAMILY_RULE", "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
-           "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "simulated_clock"]
+           "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "format_verdicts",
+           "ADJUSTED_COLUMNS", "simulated_clock"]
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
                "compared as pairs: d_i = a_i - b_i over the n seeds both have; a difference holds when the 95% "
@@ -217,7 +218,8 @@ ADJUSTED_COLUMNS = ["p", "p_holm", "verdict_holm", "detectable"]
 
 
 def verdict_table(rows, measure: str = "late_acc"):
-    """The verdicts a notebook decides, one row per (claim, comparison, Comparison) in `rows`: the claim it
+    """The verdicts a notebook decides, one row per (claim, comparison, Comparison[, measure]) in `rows` (the
+    measure defaults to `measure`): the claim it
     bears on ("C1".."C4"), what was compared ("FedFrozen - FedAvg, dirichlet:0.1"), the means, d, the 95%
     half-width, n and the verdict (VERDICT_COLUMNS), then the rows judged as one family (`adjust`: p, Holm's
     p and verdict, the difference detectable at 80% power). The claim notebooks write it beside their tables
@@ -225,10 +227,12 @@ def verdict_table(rows, measure: str = "late_acc"):
     import pandas as pd
 
     out = []
-    for claim, label, c in rows:
+    for row in rows:
+        claim, label, c, row_measure = (*row, measure) if len(row) == 3 else row
         if not isinstance(c, Comparison):
-            raise TypeError(f"verdict_table rows are (claim, comparison, Comparison); got {type(c).__name__} for {label!r}")
-        out.append(dict(claim=claim, comparison=label, measure=measure, mean_a=c.mean_a, mean_b=c.mean_b, d=c.diff,
+            raise TypeError(f"verdict_table rows are (claim, comparison, Comparison[, measure]); got "
+                            f"{type(c).__name__} for {label!r}")
+        out.append(dict(claim=claim, comparison=label, measure=row_measure, mean_a=c.mean_a, mean_b=c.mean_b, d=c.diff,
                         half_width=c.half_width, n=c.n, verdict=c.verdict, by=json.dumps(list(c.by)),
                         a=json.dumps(list(c.a)), b=json.dumps(list(c.b))))
     return adjust(pd.DataFrame(out, columns=VERDICT_COLUMNS))
@@ -251,12 +255,13 @@ def adjust(table, level: float = 0.05, power: float = POWER):
 
 
 def per_seed(runs):
-    """The tidy per-seed table a notebook commits (figures/NN_per_seed.csv): one row per run, its config key,
-    settings and every measure (`summarise`'s columns and the notebook's own labels), from which its verdict
-    table is recomputed without retraining (`recompute`). Refuses a table in which a run appears twice."""
-    if "key" in runs.columns and runs["key"].duplicated().any():
-        dup = runs.loc[runs["key"].duplicated(), "key"].tolist()
-        raise ValueError(f"per_seed: run(s) {dup[:5]} appear more than once")
+    """The tidy per-seed table a notebook commits (figures/NN_per_seed.csv): one row per run and arm, its config
+    key, seed, settings and every measure (`summarise`'s columns and the notebook's own labels), from which its
+    verdict table is recomputed without retraining (`recompute`). One run may stand in two arms (at the smoke
+    profile two T0 fractions round to one T0); a seed twice in one arm is refused when the table is grouped."""
+    missing = [c for c in ("key", "seed") if c not in runs.columns]
+    if missing:
+        raise ValueError(f"per_seed needs a table made by tables.summarise (columns key and seed); missing {missing}")
     return runs.reset_index(drop=True)
 
 
@@ -264,7 +269,6 @@ def recompute(verdicts, runs):
     """The verdict table again, from a per-seed table: each row's two arms found by their labels (`by`, `a`, `b`)
     and paired by seed on its measure, then `adjust`ed as one family. Equal to the committed table when both
     come from the same runs (tests/test_tables.py)."""
-    import pandas as pd
 
     rows = []
     for v in verdicts.itertuples(index=False):
@@ -274,10 +278,24 @@ def recompute(verdicts, runs):
         stats = mean_std(runs, by, [v.measure])
         c = compare(stats, _row(json.loads(v.a)), _row(json.loads(v.b)), v.measure)
         rows.append((v.claim, v.comparison, c, v.measure))
-    tables = [verdict_table([(cl, lab, c)], measure=m) for cl, lab, c, m in rows]
-    if not tables:
+    if not rows:
         return verdicts.iloc[0:0]
-    return adjust(pd.concat(tables, ignore_index=True)[VERDICT_COLUMNS])
+    return verdict_table([(cl, lab, c, m) for cl, lab, c, m in rows])
+
+
+def format_verdicts(table) -> str:
+    """A verdict table as the notebooks print it: each comparison's d +- half-width (n), its own verdict, the
+    verdict after Holm over the table, the difference it detects at 80% power, and for an unresolved one the
+    bound its interval gives (docs/claims.md)."""
+    lines = []
+    for v in table.itertuples(index=False):
+        after = v.verdict_holm if v.verdict_holm != UNRESOLVED else "not resolved"
+        bound = (f"; bound: {v.d - v.half_width:+.3f} to {v.d + v.half_width:+.3f}"
+                 if v.verdict_holm == UNRESOLVED and math.isfinite(v.half_width) else "")
+        lines.append(f"{v.claim} {v.comparison} [{v.measure}]: d = {v.d:+.3f} ± {v.half_width:.3f} ({int(v.n)}); "
+                     f"alone {v.verdict}, after Holm over {len(table)}: {after} (p = {v.p_holm:.3g}); detects "
+                     f"{v.detectable:.3f} at 80% power{bound}")
+    return "\n".join(lines)
 
 
 SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")

@@ -163,8 +163,17 @@ def test_a_broken_download_of_fashion_mnist_is_one_clear_error(tmp_path, monkeyp
         raise RuntimeError("no network")
 
     monkeypatch.setattr(ff.data, "_open_torchvision", refuse)
-    with pytest.raises(ValueError, match="download to .* failed .*no network"):
+    with pytest.raises(ValueError, match="download to .* failed .*no network") as e:
         ff.data.load("fashion_mnist", root=str(tmp_path / "data"), download=True)
+    assert "FashionMNIST/raw" in str(e.value) and "apt-get install dataset-fashion-mnist" in str(e.value)
+
+
+def test_the_cpu_profile_downloads_fashion_mnist_when_no_copy_is_found():
+    """The main job works on a machine without Debian's package: the cpu profile asks for the download, which
+    happens only when neither data/ nor Debian's copy holds the files."""
+    cpu = ff.Config(**ff.profiles.federated("cpu"))
+    assert cpu.dataset == "fashion_mnist" and cpu.download is True
+    assert cpu.data_root == ff.profiles.data_root()
 
 
 @pytest.mark.skipif(not os.path.isfile(os.path.join(ff.data.FASHION_MNIST_SYSTEM_DIR, "train-labels-idx1-ubyte.gz")),

@@ -262,7 +262,8 @@ def test_a_late_window_is_evaluated_every_round_and_changes_nothing_else():
     assert evaluated == [2, 3, 4, 5]
     eval_cols = {"test_loss", "test_acc", "val_loss", "val_acc", "client_acc_mean", "client_acc_worst10",
                  "client_acc_std", "seconds"}
-    strip = (lambda h: [{k: v for k, v in r.items() if k not in eval_cols} for r in h.rows])
+    def strip(h):
+        return ([{k: v for k, v in r.items() if k not in eval_cols} for r in h.rows])
     assert strip(plain) == strip(windowed)
     assert windowed.window("test_acc") == [r["test_acc"] for r in windowed.rows[3:]]
     assert windowed.late_accuracy == pytest.approx(sum(windowed.window("test_acc")) / 3)

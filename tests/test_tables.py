@@ -239,11 +239,14 @@ def test_the_per_seed_table_reproduces_the_verdict_table():
     # through CSV, as committed
     import io
 
-    read = (lambda df: pd.read_csv(io.StringIO(df.to_csv(index=False))))
+    def read(df):
+        return (pd.read_csv(io.StringIO(df.to_csv(index=False))))
     pd.testing.assert_frame_equal(ff.tables.recompute(read(verdicts), read(runs)), read(verdicts), check_exact=False,
                                   rtol=1e-12)
-    with pytest.raises(ValueError, match="appear more than once"):
-        ff.tables.per_seed(pd.concat([runs, runs.iloc[:1]]))
+    with pytest.raises(ValueError, match="seed 0 appears 2 times"):
+        ff.tables.recompute(verdicts, ff.tables.per_seed(pd.concat([runs, runs.iloc[:1]])))
+    with pytest.raises(ValueError, match="missing"):
+        ff.tables.per_seed(runs.drop(columns="key"))
 
 
 def test_oscillation_is_zero_for_a_trend_and_the_amplitude_of_a_swing():
