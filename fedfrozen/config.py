@@ -92,8 +92,11 @@ class Config:
     server_beta2: float = 0.99         # FedOpt beta2
     server_tau: float = 1e-3           # FedOpt adaptivity tau
     # starting point
-    init: str = "random"               # random | public (server pre-trains on the public split) | path to a state_dict
+    init: str = "random"               # random | public (server pre-trains on the public split) | pretrained (on images outside train_subset; fedfrozen.pretrain) | path to a state_dict
     server_pretrain_epochs: int = 0    # epochs of server pre-training when init="public"
+    pretrain_task: str = "rotation"    # init="pretrained": rotation (self-supervised, fresh head) | classes (the first half of the classes)
+    pretrain_epochs: int = 3           # init="pretrained": epochs over the images outside train_subset
+    pretrain_seed: int = 0             # init="pretrained": the pre-training's seed (same seed, same weights; part of their cache key)
     # run
     seed: int = 0
     device: str = "auto"               # auto | cpu | cuda
@@ -267,6 +270,12 @@ class Config:
         integer("server_pretrain_epochs", 0)
         if self.init == "public" and (self.public_fraction <= 0 or self.server_pretrain_epochs < 1):
             raise ValueError("init='public' needs public_fraction > 0 and server_pretrain_epochs >= 1")
+        choice("pretrain_task", ("rotation", "classes"))
+        integer("pretrain_epochs", 1)
+        integer("pretrain_seed", 0)
+        if self.init == "pretrained" and self.train_subset is None:
+            raise ValueError("init='pretrained' pre-trains on training images no client holds: set train_subset to "
+                             "the federation's share of the training split (the rest is the server's)")
         integer("seed", 0)
         choice("device", ("auto", "cpu", "cuda"))
         integer("eval_every", 1)

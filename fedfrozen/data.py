@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 __all__ = ["Split", "load", "from_tensors", "write_fake_cifar", "write_idx", "read_idx", "DATASETS",
-           "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations", "subset",
+           "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations", "subset", "subset_indices",
            "SUBSET_SEED"]
 
 
@@ -58,13 +58,13 @@ def from_tensors(x, y, name: str = "custom", classes=None) -> Split:
 SUBSET_SEED = 0  # the seed of every train_subset: a fixed property of the dataset, not of a run
 
 
-def subset(split: Split, n: int) -> Split:
-    """A fixed, stratified subset of `n` images of `split` (each class's share kept, to within one image; chosen
-    by SUBSET_SEED, so every run and seed sees the same images, in their original order). n >= len: the split."""
+def subset_indices(split: Split, n: int) -> np.ndarray:
+    """The sorted indices of `subset(split, n)`: a fixed, stratified choice of `n` images (each class's share kept,
+    to within one image; chosen by SUBSET_SEED). n >= len: every index."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"train_subset must be a positive number of images; got {n!r}")
     if n >= len(split):
-        return split
+        return np.arange(len(split))
     rng = np.random.default_rng(SUBSET_SEED)
     labels = split.y.numpy()
     classes, counts = np.unique(labels, return_counts=True)
@@ -72,7 +72,16 @@ def subset(split: Split, n: int) -> Split:
     for i in np.argsort(-(counts * n / labels.size - quota), kind="stable")[: n - quota.sum()]:
         quota[i] += 1  # largest remainders first: the quotas sum to n
     keep = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:q] for c, q in zip(classes, quota)])
-    keep = torch.from_numpy(np.sort(keep))
+    return np.sort(keep)
+
+
+def subset(split: Split, n: int) -> Split:
+    """A fixed, stratified subset of `n` images of `split` (each class's share kept, to within one image; chosen
+    by SUBSET_SEED, so every run and seed sees the same images, in their original order). n >= len: the split."""
+    keep = subset_indices(split, n)
+    if len(keep) == len(split):
+        return split
+    keep = torch.from_numpy(keep)
     return Split(split.x[keep], split.y[keep], split.classes, split.name)
 
 

@@ -248,7 +248,8 @@ def _shortened(cfg, dry: dict):
     rounds = dry["rounds"]
     two_stage = cfg.warmup_rounds < cfg.rounds
     changes = dict(rounds=rounds, warmup_rounds=min(cfg.warmup_rounds, 1) if two_stage else rounds, eval_every=1,
-                   lr_warmup_rounds=0, server_pretrain_epochs=min(cfg.server_pretrain_epochs, 1))
+                   lr_warmup_rounds=0, server_pretrain_epochs=min(cfg.server_pretrain_epochs, 1),
+                   eval_window=min(cfg.eval_window, rounds), pretrain_epochs=min(cfg.pretrain_epochs, 1))
     if dry.get("one_seed"):  # --tiny: only proves the paths run, so one seed and two local steps suffice
         changes.update(seed=0, local_epochs=None, local_steps=2, eval_every=rounds)
     return cfg.replace(**changes)

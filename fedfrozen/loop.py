@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import batched, data, local, methods, models, partition, qkv
+from . import batched, data, local, methods, models, partition, pretrain, qkv
 from .config import Config, stored_form
 from .flat import FlatParams
 from .history import History
@@ -89,6 +89,7 @@ class Setup:
         if train is None:
             train, test = data.load(cfg.dataset, cfg.data_root, cfg.download)
         self.num_classes = train.num_classes
+        full_train = train
         train, labels, val_idx, public_idx, pool, rng = split_training_data(cfg, train)
         if cfg.n_clients > pool.size:
             raise ValueError(f"n_clients ({cfg.n_clients}) exceeds the {pool.size} training samples "
@@ -123,7 +124,10 @@ class Setup:
                                  f"of {cfg.dataset}; the last {kw['img_size'] % patch} rows and columns would be "
                                  f"ignored")
         self.model = models.create(cfg.model, self.num_classes, **kw).to(device)
-        if cfg.init not in ("random", "public"):
+        if cfg.init == "pretrained":
+            state = pretrain.pretrained_state(cfg, full_train, self.num_classes, kw)
+            pretrain.load_into(self.model, state, cfg.pretrain_task)
+        elif cfg.init not in ("random", "public"):
             _load_initial_weights(self.model, cfg.init)
         qkv.split_qkv(self.model)
         self.flat = FlatParams(self.model)
@@ -136,7 +140,7 @@ def prepare(cfg: Config, train=None, test=None) -> Setup:
 
 def _load_initial_weights(model, path: str) -> None:
     if not os.path.isfile(path):
-        raise ValueError(f"init must be 'random', 'public' or an existing state_dict file; no file {path!r}")
+        raise ValueError(f"init must be 'random', 'public', 'pretrained' or an existing state_dict file; no file {path!r}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a file that is not a checkpoint

@@ -30,6 +30,8 @@ PURPOSES = {
     "fedsteer_core": 109,      # FedSteer's core set of round r (per round)
     "fedslm_groups": 110,      # FedSLM's assignment of clients to rank groups (per config)
     "afedlf_devices": 111,     # AFedLF's simulated device profiles (per config; until 0.1.0 it drew from tag 107)
+    "pretrain": 112,           # the initialisation of the server's pre-training (per pretrain_seed)
+    "pretrain_batches": 113,   # the pre-training's batch order and rotations (per pretrain_seed)
 }
 assert len(set(PURPOSES.values())) == len(PURPOSES), "a purpose tag is used twice"
 

@@ -22,6 +22,7 @@ LAYERS = [
     ("buffers", ["flat"]),
     ("methods", ["methods"]),
     ("config", ["config"]),
+    ("pretraining", ["pretrain"]),
     ("local training", ["local"]),
     ("batched engine", ["batched"]),
     ("the round", ["round"]),
