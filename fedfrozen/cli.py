@@ -217,6 +217,11 @@ def cmd_reproduce(args) -> int:
     out_dir = root / "runs" / args.profile
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["FEDFROZEN_PROFILE"] = args.profile
+    if args.ray:
+        from .cluster import ADDRESS_ENV, check_address
+
+        check_address(args.ray)  # one clear line now, not one per notebook
+        os.environ[ADDRESS_ENV] = args.ray
     rows, failed = [], 0
     for nb in books:
         t0 = time.perf_counter()
@@ -316,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke (CI), cpu (default), paper (GPU)")
     q.add_argument("--only", help="comma-separated notebook numbers, e.g. 02,03")
     q.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    q.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="run every notebook's grid on the Ray cluster at ADDRESS (auto, host:port; 'local' starts "
+                        "one on this machine): sets FEDFROZEN_RAY_ADDRESS for the kernels (docs/cluster.md)")
     q.set_defaults(func=cmd_reproduce)
     return p
 

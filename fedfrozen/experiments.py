@@ -40,7 +40,7 @@ from .io import atomic_dir, dry_run_settings, file_lock, project_root
 from .loop import CheckpointError, run
 
 __all__ = ["run_or_load", "run_many", "config_key", "results_root", "CHECKPOINT_SECONDS", "CheckpointError",
-           "RunningElsewhere"]
+           "RunningElsewhere", "BACKENDS"]
 
 CHECKPOINT_SECONDS = 60.0  # default interval of the partial-run checkpoint
 
@@ -290,24 +290,47 @@ def _run_one(args):
     """Worker: one cached run on one thread (module level so that spawned processes can import it)."""
     import torch
 
-    cfg, root, experiment = args
+    cfg, root, experiment, checkpoint_seconds = args
     torch.set_num_threads(1)
-    run_or_load(cfg, root=root, experiment=experiment, progress=False)
+    run_or_load(cfg, root=root, experiment=experiment, progress=False, checkpoint_seconds=checkpoint_seconds)
     return config_key(cfg)
 
 
+def _ray_task(cfg, root, experiment, checkpoint_seconds):
+    """Ray worker: one run on one thread (cached in `root` where the worker sees it), its History as a dict."""
+    import torch
+
+    torch.set_num_threads(1)
+    return run_or_load(cfg, root=root, experiment=experiment, progress=False,
+                       checkpoint_seconds=checkpoint_seconds).to_dict()
+
+
+BACKENDS = ("local", "ray")
+
+
 def run_many(cfgs, root=None, experiment: str = "default", workers: int | None = None,
-             progress: bool = True) -> list:
+             progress: bool = True, backend: str | None = None, checkpoint_seconds: float = CHECKPOINT_SECONDS) -> list:
     """Histories of many configs, in order: cached ones loaded, the rest trained in parallel.
 
-    Each missing run trains in its own process on one thread (on small models one thread per run
-    and one run per core beats one run on all cores). `workers` defaults to the number of cores;
-    workers=1 trains in this process. Scripts that call it need the `if __name__ == "__main__":` guard
-    (workers are spawned); notebooks do not. Interrupted runs resume from their checkpoints.
+    backend "local": each missing run trains in its own process on one thread (on small models one thread per
+    run and one run per core beats one run on all cores); `workers` defaults to the number of cores; workers=1
+    trains in this process. Scripts that call it need the `if __name__ == "__main__":` guard (workers are
+    spawned); notebooks do not. backend "ray": each missing run is one Ray task (1 CPU; on CUDA, FEDFROZEN_RAY_GPUS
+    GPUs, default 1) on the cluster at FEDFROZEN_RAY_ADDRESS, or on a local Ray instance of `workers` CPUs when it
+    is unset (fedfrozen.cluster, docs/cluster.md). backend None: "ray" when FEDFROZEN_RAY_ADDRESS is set, else
+    "local" (so notebooks and `fedfrozen reproduce --ray ADDRESS` use a cluster unchanged). Either way cached runs
+    are never sent, interrupted runs resume from their checkpoints (kept every `checkpoint_seconds`), and the
+    Histories are the ones a single process computes.
     """
+    from . import cluster
+
     cfgs = list(cfgs)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1 (or None: one per core); got {workers!r}")
+    if backend is None:
+        backend = "ray" if os.environ.get(cluster.ADDRESS_ENV) else "local"
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (or None); got {backend!r}")
     root = str(results_root(root))
     if dry_run_settings() is not None:  # a dry run times each config alone, in this process
         return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]
@@ -316,19 +339,43 @@ def run_many(cfgs, root=None, experiment: str = "default", workers: int | None =
         if _load_cached(Path(root) / experiment / config_key(cfg), cfg) is None:
             missing.setdefault(config_key(cfg), cfg)
     workers = workers or os.cpu_count() or 1
-    if missing and (workers == 1 or len(missing) == 1):
+    if missing and backend == "ray":
+        _run_on_ray(list(missing.values()), root, experiment, workers, progress, checkpoint_seconds)
+    elif missing and (workers == 1 or len(missing) == 1):
         for cfg in missing.values():
-            run_or_load(cfg, root=root, experiment=experiment, progress=progress)
+            run_or_load(cfg, root=root, experiment=experiment, progress=progress, checkpoint_seconds=checkpoint_seconds)
     elif missing:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         from .progress import progress_bar
 
-        jobs = [(cfg, root, experiment) for cfg in missing.values()]
+        jobs = [(cfg, root, experiment, checkpoint_seconds) for cfg in missing.values()]
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
             futures = [pool.submit(_run_one, job) for job in jobs]
             for f in progress_bar(as_completed(futures), progress, total=len(futures), desc=f"{experiment}: runs",
                                   leave=False):
                 f.result()
     return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]
+
+
+def _run_on_ray(cfgs: list, root: str, experiment: str, workers: int, progress: bool, checkpoint_seconds) -> None:
+    """The missing runs as Ray tasks; a History a worker could not store where this process sees it is stored
+    here; failures are collected and reported together, naming each run, after the others finished."""
+    from . import cluster
+
+    per_gpu = float(os.environ.get(cluster.GPUS_ENV) or 1)
+
+    def keep(i: int, hist: dict, shared: bool) -> None:
+        folder = Path(root) / experiment / config_key(cfgs[i])
+        if not shared and _load_cached(folder, cfgs[i]) is None:
+            _store(folder, cfgs[i], History.from_dict(hist))
+
+    failed = cluster.run_tasks(_ray_task, [(cfg, root, experiment, checkpoint_seconds) for cfg in cfgs],
+                               address=os.environ.get(cluster.ADDRESS_ENV) or None, num_cpus=workers, root=root,
+                               gpus=[per_gpu if cfg.device in ("cuda", "auto") else 0.0 for cfg in cfgs],
+                               progress=progress, desc=f"{experiment}: runs", on_result=keep)
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(cfgs)} runs failed on Ray (the others finished and are cached): "
+                           + "; ".join(f"{config_key(cfgs[i])} ({cfgs[i].method}, seed {cfgs[i].seed}): {error}"
+                                       for i, error in failed))

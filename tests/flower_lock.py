@@ -1,7 +1,7 @@
 """Test files that start Flower or Ray run one at a time across the pytest-xdist workers of one session.
 
-Under `--dist loadfile` tests/test_flower.py and notebook 08 may land on different workers; both start a Flower
-federation on Ray, and two of those at once on a 2-core machine run each other into their timeouts. A worker takes
+Under `--dist loadfile` tests/test_flower.py, tests/test_cluster.py and notebook 08 may land on different workers;
+each starts Ray (the first and last under a Flower federation), and two of those at once on a 2-core machine run each other into their timeouts. A worker takes
 an exclusive lock (a file of this test session, in the temp folder) before the first item of such a file and lets
 go after its last one; the kernel releases it if the worker dies.
 """
@@ -19,7 +19,7 @@ _held = None  # the open lock file while this worker holds the lock
 
 def starts_flower(path) -> bool:
     path = Path(path)
-    return path.name == "test_flower.py" or (path.suffix == ".ipynb" and "flower" in path.stem)
+    return path.name in ("test_flower.py", "test_cluster.py") or (path.suffix == ".ipynb" and "flower" in path.stem)
 
 
 def lock_path() -> Path:

@@ -27,6 +27,7 @@ LAYERS = [
     ("batched engine", ["batched"]),
     ("the round", ["round"]),
     ("loop", ["loop"]),
+    ("cluster", ["cluster"]),
     ("experiments", ["experiments", "profiles"]),
     ("flower apps", ["flower"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
