@@ -19,9 +19,10 @@ from .partition import label_counts
 from .profiles import COMMITTED, PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
-           "plot_regime_map", "plot_verdicts", "legend_below", "TABLE_FLOAT_FORMAT"]
+           "plot_regime_map", "plot_verdicts", "legend_below", "TABLE_FLOAT_FORMAT", "PRECISE_FLOAT_FORMAT"]
 
 TABLE_FLOAT_FORMAT = "%.6g"
+PRECISE_FLOAT_FORMAT = "%.17g"  # round-trips every float64
 
 
 def figures_dir(profile: str) -> Path:
@@ -50,10 +51,11 @@ def save_figure(fig, name: str, profile: str) -> list[str]:
     return out
 
 
-def save_table(df, name: str, profile: str) -> str:
-    """Write `df` to <figures_dir(profile)>/<name>.csv, floats as TABLE_FLOAT_FORMAT."""
+def save_table(df, name: str, profile: str, float_format: str = TABLE_FLOAT_FORMAT) -> str:
+    """Write `df` to <figures_dir(profile)>/<name>.csv, floats as `float_format` (TABLE_FLOAT_FORMAT; a per-seed
+    table keeps every digit, PRECISE_FLOAT_FORMAT, so that its verdicts are recomputed exactly)."""
     path = figures_dir(profile) / f"{name}.csv"
-    atomic_write(path, lambda tmp: df.to_csv(tmp, float_format=TABLE_FLOAT_FORMAT))
+    atomic_write(path, lambda tmp: df.to_csv(tmp, float_format=float_format))
     return _relative(path)
 
 

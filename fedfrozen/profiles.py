@@ -137,7 +137,7 @@ def federated(profile: str, rounds: int = CPU_ROUNDS, warmup_rounds: int = CPU_W
                    model_kwargs=dict(embed_dim=16, depth=1, num_heads=2)),
         cpu=dict(CPU_SCALE, rounds=rounds, warmup_rounds=warmup_rounds, download=True, data_root=data_root()),
         paper=dict(dataset=paper_dataset, model="vit_cifar", rounds=200, warmup_rounds=50, n_clients=100,
-                   clients_per_round=10, eval_every=5, download=True, data_root=data_root(),
+                   clients_per_round=10, eval_every=5, eval_window=10, download=True, data_root=data_root(),
                    **{**PAPER_RECIPE, **(_paper_overrides(paper_dataset) if profile == "paper" else {})}))
 
 
