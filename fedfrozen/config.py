@@ -15,9 +15,13 @@ from .methods.settings import annotation_type
 from .partition import PARTITIONS
 from .qkv import GROUPS
 
-__all__ = ["Config", "field_type", "stored_form"]
+__all__ = ["Config", "field_type", "stored_form", "identity", "WHERE_FIELDS"]
 
 _HINTS: dict = {}
+# where a run finds its data, not what the run is: left out of its cache key and of the comparison of a stored
+# config with the one asked for (a run cached from notebooks/, whose data root is "../data", is the run asked for
+# from the project root, whose data root is "data"; so is one whose data was downloaded)
+WHERE_FIELDS = ("data_root", "download")
 # thresholds whose limit means something: freeze_tau=inf (every round is a plateau), freeze_rho=inf (never freeze)
 _INFINITY_OK = frozenset({"freeze_tau", "freeze_rho"})
 
@@ -322,6 +326,11 @@ class Config:
         if changes.get("method", self.method) != self.method and "method_args" not in changes:
             changes["method_args"] = {}
         return dataclasses.replace(self, **changes)
+
+
+def identity(d: dict) -> dict:
+    """A config dict (`Config.to_dict`, `stored_form`) without WHERE_FIELDS: what makes two runs the same run."""
+    return {k: v for k, v in d.items() if k not in WHERE_FIELDS}
 
 
 def stored_form(d: dict) -> dict:

@@ -46,7 +46,8 @@ CHECKPOINT_SECONDS = 60.0  # default interval of the partial-run checkpoint
 
 
 def config_key(cfg) -> str:
-    """Hash of the config's non-default fields and the package version (12 hex digits).
+    """Hash of the config's non-default fields and the package version (12 hex digits); `data_root` and `download`
+    (where the data is found) are left out, so one run has one key wherever it is started from.
 
     Fields at their default value are left out, so adding a Config field (with a default that
     keeps the old behaviour) does not invalidate the cache; a method's settings (method_args) enter
@@ -55,11 +56,11 @@ def config_key(cfg) -> str:
     of every other method stay as they were.
     """
     from . import __version__
-    from .config import Config
+    from .config import Config, identity
     from .methods import flat_names, results_revision, settings_class
 
     defaults = _defaults(Config)
-    d = cfg.to_dict()
+    d = identity(cfg.to_dict())  # where the data is found is not part of a run's identity (config.WHERE_FIELDS)
     # the method's own settings by their flat names (fedsteer_core: the Config fields of earlier versions), so
     # the keys of runs cached before method_args stay what they were
     names = flat_names(settings_class(cfg.method))
@@ -127,9 +128,9 @@ def _problem(folder: Path, cfg, files=_FILES) -> tuple[str | None, History | Non
         hist = History.load(folder / "history.json")
     except (OSError, ValueError) as e:
         return str(e), None
-    from .config import stored_form
+    from .config import identity, stored_form
 
-    if json.loads(json.dumps(stored_form(hist.config))) != json.loads(json.dumps(cfg.to_dict())):
+    if json.loads(json.dumps(identity(stored_form(hist.config)))) != json.loads(json.dumps(identity(cfg.to_dict()))):
         return "its History was written by another config", None
     rounds = [row.get("round") if isinstance(row, dict) else None for row in hist.rows]
     expected = list(range(len(rounds) if hist.diverged else cfg.rounds))

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import batched, data, local, methods, models, partition, pretrain, qkv
-from .config import Config, stored_form
+from .config import Config, identity, stored_form
 from .flat import FlatParams
 from .history import History
 from .io import atomic_write, environment, threads_setting
@@ -309,8 +309,8 @@ def load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
     if not isinstance(state, dict) or any(k not in state for k in keys):
         raise CheckpointError(f"checkpoint {path} is not a fedfrozen checkpoint (missing "
                               f"{[k for k in keys if not isinstance(state, dict) or k not in state]})")
-    cfg_d = cfg.to_dict()
-    stored = stored_form(state["config"])
+    cfg_d = identity(cfg.to_dict())
+    stored = identity(stored_form(state["config"]))
     if stored != cfg_d:
         diff = sorted(k for k in cfg_d if stored.get(k) != cfg_d[k])
         raise CheckpointError(f"checkpoint {path} was written by a different config (fields {diff})")
