@@ -365,7 +365,13 @@ def _run_on_ray(cfgs: list, root: str, experiment: str, workers: int, progress: 
     here; failures are collected and reported together, naming each run, after the others finished."""
     from . import cluster
 
-    per_gpu = float(os.environ.get(cluster.GPUS_ENV) or 1)
+    text = os.environ.get(cluster.GPUS_ENV) or "1"
+    try:
+        per_gpu = float(text)
+    except ValueError:
+        per_gpu = 0.0
+    if not per_gpu > 0:
+        raise ValueError(f"{cluster.GPUS_ENV} must be a number > 0 (the GPUs a run on CUDA asks for); got {text!r}")
 
     def keep(i: int, hist: dict, shared: bool) -> None:
         folder = Path(root) / experiment / config_key(cfgs[i])

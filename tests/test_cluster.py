@@ -127,3 +127,9 @@ def test_ray_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"fedfrozen\[cluster\]"):
         cluster.ray_module()
+
+
+def test_a_bad_gpu_share_is_named_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv(cluster.GPUS_ENV, "half")
+    with pytest.raises(ValueError, match="FEDFROZEN_RAY_GPUS must be a number > 0"):
+        ff.run_many(smoke_cfgs()[:1], root=tmp_path, backend="ray", progress=False)
