@@ -44,8 +44,7 @@ def check_address(address: str, timeout: float = 3.0) -> None:
         return
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            pass
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()  # something listens
     except (OSError, ValueError):
         raise ConnectionError(f"no Ray cluster at {address!r} ({ADDRESS_ENV}): start one with `ray start --head` "
                               f"(docs/cluster.md), or unset {ADDRESS_ENV} to run on this machine") from None

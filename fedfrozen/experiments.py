@@ -287,18 +287,9 @@ def _dry_run(cfg, dry: dict, root, experiment: str):
     return hist
 
 
-def _run_one(args):
-    """Worker: one cached run on one thread (module level so that spawned processes can import it)."""
-    import torch
-
-    cfg, root, experiment, checkpoint_seconds = args
-    torch.set_num_threads(1)
-    run_or_load(cfg, root=root, experiment=experiment, progress=False, checkpoint_seconds=checkpoint_seconds)
-    return config_key(cfg)
-
-
-def _ray_task(cfg, root, experiment, checkpoint_seconds):
-    """Ray worker: one run on one thread (cached in `root` where the worker sees it), its History as a dict."""
+def _ray_task(cfg, root, experiment, checkpoint_seconds) -> dict:
+    """Worker (a pool process or a Ray task): one cached run on one thread (module level so that spawned processes
+    and Ray workers import it), its History as a dict (a Ray driver stores it where the worker's root is not its)."""
     import torch
 
     torch.set_num_threads(1)
@@ -353,7 +344,7 @@ def run_many(cfgs, root=None, experiment: str = "default", workers: int | None =
 
         jobs = [(cfg, root, experiment, checkpoint_seconds) for cfg in missing.values()]
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_run_one, job) for job in jobs]
+            futures = [pool.submit(_ray_task, *job) for job in jobs]
             for f in progress_bar(as_completed(futures), progress, total=len(futures), desc=f"{experiment}: runs",
                                   leave=False):
                 f.result()

@@ -33,7 +33,7 @@ from .io import atomic_write, project_root
 from .rng import seed_for
 
 __all__ = ["PRETRAIN_TASKS", "PRETRAIN_LR", "PRETRAIN_BATCH", "outside_indices", "weights_key", "cache_dir",
-           "pretrained_state", "load_into", "task_batches"]
+           "pretrained_state", "load_into", "task_data", "task_batches"]
 
 PRETRAIN_TASKS = ("rotation", "classes")
 PRETRAIN_LR = 1e-3
@@ -66,11 +66,18 @@ def cache_dir() -> Path:
     return project_root() / "results" / "pretrained"
 
 
-def task_batches(task: str, x: torch.Tensor, y: torch.Tensor, num_classes: int, gen: torch.Generator, batch: int):
-    """One epoch of the pre-training task as (inputs, targets) batches, in an order drawn from `gen`."""
+def task_data(task: str, x: torch.Tensor, y: torch.Tensor, num_classes: int):
+    """The images and labels the pre-training task sees: all of them for `rotation` (their labels unused), those of
+    the first half of the classes for `classes`."""
     if task == "classes":
         keep = torch.nonzero(y < max(1, num_classes // 2)).flatten()
-        x, y = x[keep], y[keep]
+        return x[keep], y[keep]
+    return x, y
+
+
+def task_batches(task: str, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator, batch: int):
+    """One epoch of the pre-training task over `task_data` as (inputs, targets) batches, in an order (and, for
+    `rotation`, with quarter turns) drawn from `gen`."""
     order = torch.randperm(len(x), generator=gen)
     turns = torch.randint(0, 4, (len(x),), generator=gen) if task == "rotation" else None
     for start in range(0, len(order), batch):
@@ -85,18 +92,17 @@ def task_batches(task: str, x: torch.Tensor, y: torch.Tensor, num_classes: int, 
 def _train(cfg, train: data.Split, num_classes: int, kw: dict) -> dict:
     """Pre-train a fresh model on the images outside the subset; its state_dict (split layout: not split)."""
     outside = torch.as_tensor(outside_indices(train, cfg.train_subset))
-    x, y = train.x[outside], train.y[outside]
+    x, y = task_data(cfg.pretrain_task, train.x[outside], train.y[outside], num_classes)
     torch.manual_seed(seed_for("pretrain", cfg.pretrain_seed))
     head = 4 if cfg.pretrain_task == "rotation" else num_classes
     model = models.create(cfg.model, head, **kw)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=PRETRAIN_LR, weight_decay=0.05)
-    per_epoch = math.ceil((len(x) if cfg.pretrain_task == "rotation"
-                           else int((y < max(1, num_classes // 2)).sum())) / PRETRAIN_BATCH)
+    per_epoch = math.ceil(len(x) / PRETRAIN_BATCH)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, per_epoch * cfg.pretrain_epochs))
     gen = torch.Generator().manual_seed(seed_for("pretrain_batches", cfg.pretrain_seed))
     for _ in range(cfg.pretrain_epochs):
-        for xb, yb in task_batches(cfg.pretrain_task, x, y, num_classes, gen, PRETRAIN_BATCH):
+        for xb, yb in task_batches(cfg.pretrain_task, x, y, gen, PRETRAIN_BATCH):
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(xb), yb).backward()
             opt.step()

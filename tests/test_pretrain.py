@@ -89,8 +89,8 @@ def test_bad_pretraining_settings_are_named_before_any_work():
 
 def test_the_classes_task_trains_on_half_the_classes_and_keeps_the_head():
     cfg = tiny_config(**PRE, pretrain_task="classes")
-    batches = list(pretrain.task_batches("classes", torch.zeros(20, 1, 8, 8), torch.arange(20) % 10, 10,
-                                         torch.Generator().manual_seed(0), 4))
+    x, y = pretrain.task_data("classes", torch.zeros(20, 1, 8, 8), torch.arange(20) % 10, 10)
+    batches = list(pretrain.task_batches("classes", x, y, torch.Generator().manual_seed(0), 4))
     assert sum(len(y) for _, y in batches) == 10 and all((y < 5).all() for _, y in batches)
     state = ff.loop.prepare(cfg).model.state_dict()
     random = ff.loop.prepare(tiny_config()).model.state_dict()
