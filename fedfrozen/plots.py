@@ -166,29 +166,35 @@ def plot_regime_map(table, fraction: float, ax=None, higher_is_better: bool = Tr
     columns alpha. The colour is the paired gap FedFrozen - FedAvg in units of its 95% half-width (the one rule's
     yardstick, tables.PAIRED_RULE), clipped to +-2: pale where no difference is resolved (|gap| <= half-width),
     strong beyond it; blue where FedFrozen is better (for a measure where lower is better pass
-    higher_is_better=False). The text is the gap, '*' where it is resolved; cells not run are grey."""
+    higher_is_better=False). The text is the gap, '*' where it is resolved (after Holm when the table has verdict_holm); cells not run are
+    grey; rows name the schedule when the map has more than one."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 2.5))
     sub = table[np.isclose(table["fraction"], fraction)]
     alphas = sorted(table["alpha"].unique())
-    rows = sorted({(s, int(e)) for s, e in zip(table["start"], table["local_epochs"])}, key=lambda t: (t[0] != "scratch", t))
+    schedules = table["schedule"] if "schedule" in table.columns else [""] * len(table)
+    rows = sorted({(s, int(e), str(sc)) for s, e, sc in zip(table["start"], table["local_epochs"], schedules)},
+                  key=lambda t: (t[0] != "scratch", t))
+    several = len({r[2] for r in rows}) > 1  # name the schedule only where the map has more than one
+    verdict = "verdict_holm" if "verdict_holm" in table.columns else "verdict"
     values = np.full((len(rows), len(alphas)), np.nan)
     texts = {}
     for _, r in sub.iterrows():
-        i, j = rows.index((r["start"], int(r["local_epochs"]))), alphas.index(r["alpha"])
+        i = rows.index((r["start"], int(r["local_epochs"]), str(r["schedule"]) if "schedule" in r.index else ""))
+        j = alphas.index(r["alpha"])
         hw = r["half_width"]
         z = r["gap"] / hw if 0 < hw < np.inf else np.sign(r["gap"]) * 2.0 if hw == 0 else 0.0
         values[i, j] = z if higher_is_better else -z
-        texts[i, j] = f"{r['gap']:+.3f}" + ("*" if r["verdict"] in ("better", "worse") else "")
+        texts[i, j] = f"{r['gap']:+.3f}" + ("*" if r[verdict] in ("better", "worse") else "")
     cmap = plt.get_cmap("RdBu").copy()
     cmap.set_bad("0.85")
     image = ax.imshow(np.ma.masked_invalid(np.clip(values, -2, 2)), cmap=cmap, vmin=-2, vmax=2, aspect="auto")
     for (i, j), text in texts.items():
         ax.text(j, i, text, ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(alphas)), [f"{a:g}" for a in alphas])
-    ax.set_yticks(range(len(rows)), [f"{s}, E={e}" for s, e in rows])
+    ax.set_yticks(range(len(rows)), [f"{s}, E={e}" + (f", {sc}" if several else "") for s, e, sc in rows])
     ax.set_xlabel("Dirichlet alpha")
     ax.set_title(title or f"T0/T = {fraction:g}", fontsize=9)
     ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="gap / 95% half-width")

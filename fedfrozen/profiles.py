@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .io import project_root
 
-__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
+__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")
@@ -93,6 +93,9 @@ CPU_LR = {"fedavg": 3e-3, "fedfrozen": 3e-3, "fedprox": 3e-3, "scaffold": 1e-3,
           "fedadamw": 1e-2, "fedlada": 1e-2, "fedact": 3e-3, "fedslm": 3e-3, "mifa": 1e-2, "fedvarp": 3e-3,
           "fedsteer": 1e-2, "afedlf": 3e-3, "fedtlu": 1e-2, "head_pruning": 1e-2}
 CPU_LR_GRID = (1e-3, 3e-3, 1e-2, 3e-2)
+# The regimes' grid (fedfrozen.regime.REGIMES): one step lower than CPU_LR_GRID, since fine-tuning a pretrained
+# model and a rate that never decays both favour smaller rates
+REGIME_LR_GRID = (3e-4, 1e-3, 3e-3, 1e-2)
 CPU_SGD_LR_GRID = (1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 SGD_AS_PUBLISHED = dict(optimizer="sgd", momentum=0.0, weight_decay=0.0)
 CPU_SELECTED_ARMS = ["fedavg", "fedfrozen", "fedprox", "scaffold", "fedavg:sgd", "scaffold:sgd", "fedprox:sgd",

@@ -1,15 +1,20 @@
 """Where does freezing pay? The regime map of FedFrozen against FedAvg (notebook 11).
 
 A *cell* is one setting: Dirichlet heterogeneity `alpha`, local work (`local_epochs`), starting point
-(`start`: "scratch", or "warm" = the server pre-trains on a public split before round 0) and the
-warm-up length as a fraction of the rounds (`fraction` = T0 / T). Its value in a measure is FedFrozen
-minus FedAvg (same alpha, local work and start), paired seed by seed and judged by the one rule of
-`fedfrozen.tables` (PAIRED_RULE): better, worse, or no difference resolved.
+(`start`: "scratch"; "warm" = the server pre-trains on a public split before round 0; "pretrained" = the server
+pre-trains on images no client holds, fedfrozen.pretrain), the local rate's `schedule` (None: the profile's;
+"constant"; "cosine") and the warm-up length as a fraction of the rounds (`fraction` = T0 / T). Its value in a
+measure is FedFrozen minus FedAvg (same alpha, local work, start and schedule), paired seed by seed and judged by
+the one rule of `fedfrozen.tables` (PAIRED_RULE), then with the map's other cells as one family (Holm,
+FAMILY_RULE): better, worse, or no difference resolved.
 
     cells = regime.grid("coarse")                     # or "full", or regime.grid(alphas=..., ...)
     plan = regime.plan(cells, base, seeds)            # one Config per run: FedAvg baselines + FedFrozen cells
     runs = regime.summarise(plan, ff.run_many([p.cfg for p in plan]))
-    table = regime.regime_map(runs, "final_acc")      # one row per cell: gap, half_width, verdict
+    table = regime.regime_map(runs, "late_acc")       # one row per cell: gap, half_width, verdict, verdict_holm
+
+The regimes of notebooks 03-06 (REGIMES) are named sets of Config fields over a profile: a pretrained start, a
+constant rate, five local epochs, and their products with a pretrained start.
 """
 
 from __future__ import annotations
@@ -21,20 +26,39 @@ from .config import Config
 from .tables import UNRESOLVED, compare_runs
 from .tables import summarise as summarise_runs
 
-__all__ = ["Cell", "Run", "MEASURES", "GRIDS", "STARTS", "grid", "plan", "summarise", "regime_map", "start_fields"]
+__all__ = ["Cell", "Run", "MEASURES", "GRIDS", "STARTS", "REGIMES", "grid", "plan", "summarise", "regime_map",
+           "start_fields", "regime_fields"]
 
 # measure -> (label, higher is better)
 MEASURES = {
-    "late_acc": ("late test accuracy (mean of the last 3 evaluations)", True),
+    "late_acc": ("late test accuracy (the late window, docs/claims.md)", True),
     "final_acc": ("final test accuracy", True),
     "worst10_acc": ("worst-10% client accuracy", True),
-    "stability": ("late-round instability (std of the last 3 evaluations)", False),
+    "oscillation": ("late oscillation (the late window's swing around its trend, docs/claims.md)", False),
+    "stability": ("late-round instability (std of the last 3 evaluations; follows a trend as much as a swing)", False),
 }
-STARTS = ("scratch", "warm")
+SCHEDULES = (None, "constant", "cosine")  # None: the profile's schedule
+STARTS = ("scratch", "warm", "pretrained")
 
 # Warm start: 10% of the training data is the server's public split (held out from the clients in
 # both arms of a cell), and the server trains on it for this many epochs before round 0.
 WARM_START = dict(init="public", public_fraction=0.1, server_pretrain_epochs=5)
+# Pretrained start: the server pre-trains on the training images outside the federation's subset, which no client
+# holds (fedfrozen.pretrain; rotation prediction by default, docs/cpu_profile.md).
+PRETRAINED_START = dict(init="pretrained")
+
+# The regimes of issue "claims where they could hold" (notebooks 03-06, docs/claims.md): the cpu profile's
+# scratch/cosine runs, a pretrained start, a constant local rate (the schedule most federated papers use), both,
+# and five local epochs (more client drift) from scratch and pretrained. Each regime's learning rates are selected
+# again by the one rule (profiles.REGIME_LR); FedFrozen is always paired with FedAvg of the same regime.
+REGIMES = {
+    "scratch": {},
+    "pretrained": dict(PRETRAINED_START),
+    "constant": dict(lr_schedule="constant"),
+    "constant_pretrained": dict(PRETRAINED_START, lr_schedule="constant"),
+    "local5": dict(local_epochs=5, local_steps=None),
+    "local5_pretrained": dict(PRETRAINED_START, local_epochs=5, local_steps=None),
+}
 
 
 @dataclass(frozen=True)
@@ -45,11 +69,12 @@ class Cell:
     local_epochs: int
     start: str
     fraction: float
+    schedule: str | None = None  # the local rate's schedule; None: the profile's
 
     @property
     def baseline(self) -> tuple:
-        """What the FedAvg arm shares with this cell: (alpha, local_epochs, start)."""
-        return (self.alpha, self.local_epochs, self.start)
+        """What the FedAvg arm shares with this cell: (alpha, local_epochs, start, schedule)."""
+        return (self.alpha, self.local_epochs, self.start, self.schedule)
 
 
 @dataclass(frozen=True)
@@ -62,22 +87,26 @@ class Run:
     local_epochs: int
     start: str
     fraction: float  # 1.0 for the FedAvg arm (T0 = T: never frozen)
+    schedule: str = ""  # the run's lr_schedule
 
 
 def grid(name: str | None = None, *, alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=(1, 5),
-         fractions=(0.25, 0.5, 0.75), starts=STARTS) -> list[Cell]:
+         fractions=(0.25, 0.5, 0.75), starts=("scratch", "warm"), schedules=(None,)) -> list[Cell]:
     """The cells of a named grid ("coarse", "full"), or the full product of the given axes."""
     if name is not None:
         if name not in GRIDS:
             raise ValueError(f"grid must be one of {', '.join(GRIDS)}; got {name!r}")
         return list(GRIDS[name])
     for label, values in (("alphas", alphas), ("local_epochs", local_epochs), ("fractions", fractions),
-                          ("starts", starts)):
+                          ("starts", starts), ("schedules", schedules)):
         if not len(values):
             raise ValueError(f"{label} must not be empty")
     bad = [s for s in starts if s not in STARTS]
     if bad:
         raise ValueError(f"starts must be among {STARTS}; got {bad}")
+    bad = [s for s in schedules if s not in SCHEDULES]
+    if bad:
+        raise ValueError(f"schedules must be among {SCHEDULES}; got {bad}")
     bad = [f for f in fractions if not 0 <= f < 1]
     if bad:
         raise ValueError(f"fractions (T0 / T of the FedFrozen arm) must be in [0, 1); got {bad} (1.0 is FedAvg, "
@@ -88,8 +117,8 @@ def grid(name: str | None = None, *, alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=
     bad = [e for e in local_epochs if isinstance(e, bool) or not isinstance(e, int) or e < 1]
     if bad:
         raise ValueError(f"local_epochs must be integers >= 1; got {bad}")
-    return [Cell(float(a), int(e), s, float(f))
-            for a, e, s, f in itertools.product(alphas, local_epochs, starts, fractions)]
+    return [Cell(float(a), int(e), s, float(f), sched)
+            for a, e, s, f, sched in itertools.product(alphas, local_epochs, starts, fractions, schedules)]
 
 
 GRIDS = {
@@ -107,34 +136,44 @@ def start_fields(start: str) -> dict:
     """Config fields of a starting point."""
     if start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}; got {start!r}")
-    return dict(WARM_START) if start == "warm" else {}
+    return dict(WARM_START) if start == "warm" else dict(PRETRAINED_START) if start == "pretrained" else {}
 
 
-def plan(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "fedavg", lrs: dict | None = None
-         ) -> list[Run]:
-    """The runs of a map: for each (alpha, local work, start) of `cells` the baseline over `seeds`, and
-    for each cell `method` with T0 = round(fraction * rounds). `base` holds the other Config fields
-    (a profile's, with `rounds`); `lrs` the local lr of each method (else base's lr)."""
+def regime_fields(name: str) -> dict:
+    """Config fields of a regime (REGIMES), laid over a profile's."""
+    if name not in REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(REGIMES)}; got {name!r}")
+    return dict(REGIMES[name])
+
+
+def plan(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "fedavg", lrs=None) -> list[Run]:
+    """The runs of a map: for each (alpha, local work, start, schedule) of `cells` the baseline over `seeds`,
+    and for each cell `method` with T0 = round(fraction * rounds). `base` holds the other Config fields
+    (a profile's, with `rounds`); `lrs` the local lr of each method (else base's lr): a dict {method: lr}, or
+    a function (method, cell) -> lr when the rate depends on the start or schedule (profiles.regime_lr)."""
     cells = list(cells)
     if not cells:
         raise ValueError("cells must not be empty")
     if not len(seeds):
         raise ValueError("seeds must not be empty")
     rounds = base.get("rounds", Config.rounds)
-    lrs = lrs or {}
+    table = lrs or {}
+    lr_of = lrs if callable(lrs) else (lambda m, cell: table.get(m, base.get("lr", Config.lr)))
     runs = []
     for key in dict.fromkeys(c.baseline for c in cells):
-        alpha, epochs, start = key
+        alpha, epochs, start, schedule = key
         fields = {**base, "partition": "dirichlet", "alpha": alpha, "local_epochs": epochs, "local_steps": None,
-                  **start_fields(start)}
+                  **start_fields(start), **({"lr_schedule": schedule} if schedule else {})}
+        sched = fields.get("lr_schedule", Config.lr_schedule)
+        ref = Cell(alpha, epochs, start, 1.0, schedule)
         for s in seeds:
-            runs.append(Run(Config(**{**fields, "method": baseline, "lr": lrs.get(baseline, fields.get("lr", Config.lr)),
-                                      "seed": s}), "fedavg", alpha, epochs, start, 1.0))
+            runs.append(Run(Config(**{**fields, "method": baseline, "lr": lr_of(baseline, ref), "seed": s}),
+                            "fedavg", alpha, epochs, start, 1.0, sched))
         for c in (c for c in cells if c.baseline == key):
             for s in seeds:
-                cfg = Config(**{**fields, "method": method, "lr": lrs.get(method, fields.get("lr", Config.lr)),
-                                "seed": s, "warmup_rounds": int(round(c.fraction * rounds))})
-                runs.append(Run(cfg, "fedfrozen", alpha, epochs, start, c.fraction))
+                cfg = Config(**{**fields, "method": method, "lr": lr_of(method, c), "seed": s,
+                                "warmup_rounds": int(round(c.fraction * rounds))})
+                runs.append(Run(cfg, "fedfrozen", alpha, epochs, start, c.fraction, sched))
     return runs
 
 
@@ -145,27 +184,33 @@ def summarise(runs, hists, last: int = 3):
     df["arm"] = [r.arm for r in runs]
     df["start"] = [r.start for r in runs]
     df["fraction"] = [r.fraction for r in runs]
+    df["schedule"] = [r.schedule or r.cfg.lr_schedule for r in runs]
     df["T0"] = [r.cfg.warmup_rounds if r.arm == "fedfrozen" else r.cfg.rounds for r in runs]
     return df
 
 
 def regime_map(runs, measure: str = "final_acc"):
-    """One row per cell (alpha, local_epochs, start, fraction): the FedFrozen and FedAvg means over seeds
-    in `measure`, gap = the mean paired difference FedFrozen - FedAvg over the seeds both have, half_width of
-    its 95% interval (PAIRED_RULE), and verdict "better" / "worse" / "no difference resolved" (for the
-    stability measure, lower is better)."""
+    """One row per cell (alpha, local_epochs, start, schedule, fraction): the FedFrozen and FedAvg means over
+    seeds in `measure`, gap = the mean paired difference FedFrozen - FedAvg over the seeds both have, half_width
+    of its 95% interval (PAIRED_RULE), verdict "better" / "worse" / "no difference resolved" (for oscillation and
+    stability, lower is better), and the map's cells judged as one family (tables.adjust, FAMILY_RULE): p,
+    p_holm, verdict_holm in the same words, and the difference each cell detects at 80% power."""
     import pandas as pd
+
+    from .tables import adjust
 
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {', '.join(MEASURES)}; got {measure!r}")
     higher = MEASURES[measure][1]
-    keys = ["alpha", "local_epochs", "start"]
+    runs = runs if "schedule" in runs.columns else runs.assign(schedule="")
+    keys = ["alpha", "local_epochs", "start", "schedule"]
     rows = []
     base = {k: sub for k, sub in runs[runs["arm"] == "fedavg"].groupby(keys)}
-    for (alpha, epochs, start, fraction), sub in runs[runs["arm"] == "fedfrozen"].groupby(keys + ["fraction"]):
-        ref = base.get((alpha, epochs, start))
+    for (alpha, epochs, start, schedule, fraction), sub in runs[runs["arm"] == "fedfrozen"].groupby(keys + ["fraction"]):
+        ref = base.get((alpha, epochs, start, schedule))
         if ref is None:
-            raise ValueError(f"no FedAvg runs for alpha={alpha}, local_epochs={epochs}, start={start!r}")
+            raise ValueError(f"no FedAvg runs for alpha={alpha}, local_epochs={epochs}, start={start!r}"
+                             + (f", schedule={schedule!r}" if schedule else ""))
         a, b = (dict(zip(x["seed"], x[measure])) for x in (sub, ref))
         shared = [seed for seed in a if seed in b and a[seed] == a[seed] and b[seed] == b[seed]]  # finite pairs
         if not shared:
@@ -173,8 +218,16 @@ def regime_map(runs, measure: str = "final_acc"):
         else:
             c = compare_runs([a[seed] for seed in shared], [b[seed] for seed in shared])
             verdict = UNRESOLVED if not c.resolved else "better" if (c.gap > 0) == higher else "worse"
-        rows.append(dict(alpha=alpha, local_epochs=epochs, start=start, fraction=fraction,
+        rows.append(dict(alpha=alpha, local_epochs=epochs, start=start, schedule=schedule, fraction=fraction,
                          fedfrozen=c.mean_a if c else float("nan"), fedavg=c.mean_b if c else float("nan"),
                          gap=c.gap if c else float("nan"), half_width=c.half_width if c else float("nan"),
                          verdict=verdict, seeds=len(shared)))
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    judged = out[out["seeds"] > 1]
+    family = adjust(judged.rename(columns={"gap": "d", "seeds": "n"})) if len(judged) else None
+    for col in ("p", "p_holm", "detectable"):
+        out[col] = family[col].reindex(out.index) if family is not None else float("nan")
+    words = {"higher": "better" if higher else "worse", "lower": "worse" if higher else "better", UNRESOLVED: UNRESOLVED}
+    out["verdict_holm"] = (family["verdict_holm"].map(words).reindex(out.index).fillna("n/a") if family is not None
+                           else "n/a")
+    return out

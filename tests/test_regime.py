@@ -14,11 +14,11 @@ from fedfrozen import regime  # noqa: E402
 
 def test_full_grid_is_the_product_of_the_issue_axes():
     cells = regime.grid("full")
-    assert len(cells) == 4 * 2 * 3 * 2
+    assert len(cells) == 4 * 2 * 3 * 3
     assert {c.alpha for c in cells} == {0.05, 0.1, 0.5, 1.0}
     assert {c.local_epochs for c in cells} == {1, 5}
     assert {c.fraction for c in cells} == {0.25, 0.5, 0.75}
-    assert {c.start for c in cells} == {"scratch", "warm"}
+    assert {c.start for c in cells} == {"scratch", "warm", "pretrained"}
 
 
 def test_coarse_grid_is_a_subset_of_the_full_grid():
@@ -28,7 +28,7 @@ def test_coarse_grid_is_a_subset_of_the_full_grid():
 @pytest.mark.parametrize("kw, name", [
     (dict(fractions=(0.5, 1.0)), "fractions"), (dict(fractions=(-0.1,)), "fractions"),
     (dict(alphas=(0.0,)), "alphas"), (dict(local_epochs=(0,)), "local_epochs"), (dict(local_epochs=(1.5,)), "local_epochs"),
-    (dict(starts=("pretrained",)), "starts"), (dict(alphas=()), "alphas"),
+    (dict(starts=("cold",)), "starts"), (dict(schedules=("linear",)), "schedules"), (dict(alphas=()), "alphas"),
 ])
 def test_bad_axes_are_named(kw, name):
     with pytest.raises(ValueError, match=name):
