@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .io import project_root
 
-__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
+__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "REGIME_LR", "REGIMES", "PRETRAINED_START", "regime_fields", "regime_learning_rates", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")
@@ -93,9 +93,39 @@ CPU_LR = {"fedavg": 3e-3, "fedfrozen": 3e-3, "fedprox": 3e-3, "scaffold": 1e-3,
           "fedadamw": 1e-2, "fedlada": 1e-2, "fedact": 3e-3, "fedslm": 3e-3, "mifa": 1e-2, "fedvarp": 3e-3,
           "fedsteer": 1e-2, "afedlf": 3e-3, "fedtlu": 1e-2, "head_pruning": 1e-2}
 CPU_LR_GRID = (1e-3, 3e-3, 1e-2, 3e-2)
-# The regimes' grid (fedfrozen.regime.REGIMES): one step lower than CPU_LR_GRID, since fine-tuning a pretrained
+# The regimes' grid (REGIMES): one step lower than CPU_LR_GRID, since fine-tuning a pretrained
 # model and a rate that never decays both favour smaller rates
 REGIME_LR_GRID = (3e-4, 1e-3, 3e-3, 1e-2)
+# Pretrained start: the server pre-trains on the training images outside the federation's subset, which no client
+# holds (fedfrozen.pretrain; rotation prediction by default, docs/cpu_profile.md).
+PRETRAINED_START = dict(init="pretrained")
+# The regimes of issue "claims where they could hold" (notebooks 03-06 and 11's map, docs/claims.md): the cpu profile's
+# scratch/cosine runs, a pretrained start, a constant local rate (the schedule most federated papers use), both,
+# and five local epochs (more client drift) from scratch and pretrained. Each regime's learning rates are selected
+# again by the one rule (profiles.REGIME_LR); FedFrozen is always paired with FedAvg of the same regime.
+REGIMES = {
+    "scratch": {},
+    "pretrained": dict(PRETRAINED_START),
+    "constant": dict(lr_schedule="constant"),
+    "constant_pretrained": dict(PRETRAINED_START, lr_schedule="constant"),
+    "local5": dict(local_epochs=5, local_steps=None),
+    "local5_pretrained": dict(PRETRAINED_START, local_epochs=5, local_steps=None),
+}
+
+
+# Learning rates of the regimes (REGIMES) at the cpu scale, selected again by the one rule on
+# REGIME_LR_GRID with the regime's fields (`python tools/select_cpu_lr.py --regime <name> fedavg fedfrozen`), late
+# validation accuracy:
+#   pretrained           fedavg    3e-4 0.630, 1e-3 0.764, 3e-3 0.765, 1e-2 0.751 -> 3e-3
+#                        fedfrozen 3e-4 0.628, 1e-3 0.760, 3e-3 0.764, 1e-2 0.751 -> 3e-3
+#   constant             fedavg    3e-4 0.467, 1e-3 0.625, 3e-3 0.593, 1e-2 0.553 -> 1e-3
+#                        fedfrozen 3e-4 0.378, 1e-3 0.535, 3e-3 0.585, 1e-2 0.544 -> 3e-3
+#   constant_pretrained  fedavg    3e-4 0.661, 1e-3 0.684, 3e-3 0.647, 1e-2 0.557 -> 1e-3
+#                        fedfrozen 3e-4 0.653, 1e-3 0.678, 3e-3 0.637, 1e-2 0.558 -> 1e-3
+# More local work takes the rates of its start (local5: scratch's CPU_LR; local5_pretrained: pretrained's).
+REGIME_LR = {"pretrained": {"fedavg": 3e-3, "fedfrozen": 3e-3}, "constant": {"fedavg": 1e-3, "fedfrozen": 3e-3},
+             "constant_pretrained": {"fedavg": 1e-3, "fedfrozen": 1e-3}}
+REGIME_LR_FROM = {"local5": "scratch", "local5_pretrained": "pretrained"}
 CPU_SGD_LR_GRID = (1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 SGD_AS_PUBLISHED = dict(optimizer="sgd", momentum=0.0, weight_decay=0.0)
 CPU_SELECTED_ARMS = ["fedavg", "fedfrozen", "fedprox", "scaffold", "fedavg:sgd", "scaffold:sgd", "fedprox:sgd",
@@ -206,3 +236,25 @@ def learning_rates(methods, overrides: dict | None = None, profile: str = "cpu",
         raise ValueError(f"no learning rate for {missing}: add them to the notebook's `lrs` parameter "
                          f"(known: {sorted(table)})")
     return {m: table[m] for m in methods}
+
+
+def regime_learning_rates(regime: str, methods, overrides: dict | None = None, profile: str = "cpu",
+                          dataset: str = "digits", root=None) -> dict:
+    """The local lr of each method in a regime (REGIMES): at the cpu profile the rates selected
+    again for it (REGIME_LR; more local work takes its start's, REGIME_LR_FROM); a method not selected there, the
+    scratch regime and the smoke and paper profiles take the profile's rates (`learning_rates`). `overrides`
+    ({method: lr}) come first."""
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(REGIMES)}; got {regime!r}")
+    rates = learning_rates(methods, overrides, profile=profile, dataset=dataset, root=root)
+    if profile == "cpu":
+        selected = REGIME_LR.get(REGIME_LR_FROM.get(regime, regime), {})
+        rates.update({m: selected[m] for m in methods if m in selected and m not in (overrides or {})})
+    return rates
+
+
+def regime_fields(name: str) -> dict:
+    """Config fields of a regime (REGIMES), laid over a profile's."""
+    if name not in REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(REGIMES)}; got {name!r}")
+    return dict(REGIMES[name])

@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass
 
 from .config import Config
+from .profiles import PRETRAINED_START, REGIMES, regime_fields
 from .tables import UNRESOLVED, compare_runs
 from .tables import summarise as summarise_runs
 
@@ -43,22 +44,7 @@ STARTS = ("scratch", "warm", "pretrained")
 # Warm start: 10% of the training data is the server's public split (held out from the clients in
 # both arms of a cell), and the server trains on it for this many epochs before round 0.
 WARM_START = dict(init="public", public_fraction=0.1, server_pretrain_epochs=5)
-# Pretrained start: the server pre-trains on the training images outside the federation's subset, which no client
-# holds (fedfrozen.pretrain; rotation prediction by default, docs/cpu_profile.md).
-PRETRAINED_START = dict(init="pretrained")
 
-# The regimes of issue "claims where they could hold" (notebooks 03-06, docs/claims.md): the cpu profile's
-# scratch/cosine runs, a pretrained start, a constant local rate (the schedule most federated papers use), both,
-# and five local epochs (more client drift) from scratch and pretrained. Each regime's learning rates are selected
-# again by the one rule (profiles.REGIME_LR); FedFrozen is always paired with FedAvg of the same regime.
-REGIMES = {
-    "scratch": {},
-    "pretrained": dict(PRETRAINED_START),
-    "constant": dict(lr_schedule="constant"),
-    "constant_pretrained": dict(PRETRAINED_START, lr_schedule="constant"),
-    "local5": dict(local_epochs=5, local_steps=None),
-    "local5_pretrained": dict(PRETRAINED_START, local_epochs=5, local_steps=None),
-}
 
 
 @dataclass(frozen=True)
@@ -137,13 +123,6 @@ def start_fields(start: str) -> dict:
     if start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}; got {start!r}")
     return dict(WARM_START) if start == "warm" else dict(PRETRAINED_START) if start == "pretrained" else {}
-
-
-def regime_fields(name: str) -> dict:
-    """Config fields of a regime (REGIMES), laid over a profile's."""
-    if name not in REGIMES:
-        raise ValueError(f"regime must be one of {', '.join(REGIMES)}; got {name!r}")
-    return dict(REGIMES[name])
 
 
 def plan(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "fedavg", lrs=None) -> list[Run]:

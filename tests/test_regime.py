@@ -114,3 +114,54 @@ def test_map_end_to_end_on_a_tiny_federation(tmp_path):
     ax = ff.plots.plot_regime_map(table, 0.5)
     assert len(ax.texts) == 2
     plt.close("all")
+
+
+def test_map_cells_are_judged_as_one_family_by_holm():
+    """Two cells, each resolved alone at p < 0.05 but one not after Holm over both: the map says which."""
+    frozen_a, avg = [0.80, 0.82, 0.84, 0.83], [0.70, 0.71, 0.72, 0.71]
+    frozen_b = [0.72, 0.70, 0.74, 0.73]
+    df = pd.concat([_runs(frozen_a, avg, fraction=0.25), _runs(frozen_b, avg, fraction=0.5)])
+    df = df.drop_duplicates(subset=["arm", "fraction", "seed"])
+    table = regime.regime_map(df).set_index("fraction")
+    p = [ff.tables.paired_p(c.gap, c.half_width, c.n) for c in
+         (ff.tables.compare_runs(frozen_a, avg), ff.tables.compare_runs(frozen_b, avg))]
+    assert table["p"].tolist() == pytest.approx(p)
+    assert table["p_holm"].tolist() == pytest.approx(ff.tables.holm(p))
+    for fraction, p_holm in zip((0.25, 0.5), ff.tables.holm(p)):
+        assert table.loc[fraction, "verdict_holm"] == ("better" if p_holm < 0.05 else "no difference resolved")
+    assert (table["detectable"] > 0).all()
+
+
+def test_holm_verdict_follows_the_measure_direction():
+    table = regime.regime_map(_runs([0.001, 0.002, 0.003, 0.002], [0.05, 0.06, 0.07, 0.06], "oscillation"),
+                              "oscillation")
+    assert table.iloc[0]["verdict"] == "better" and table.iloc[0]["verdict_holm"] == "better"
+
+
+def test_schedule_axis_gives_its_own_baseline_and_lr_per_cell():
+    cells = regime.grid(alphas=(0.1,), local_epochs=(1,), fractions=(0.25,), starts=("scratch", "pretrained"),
+                        schedules=(None, "constant"))
+    base = dict(dataset="fashion_mnist", rounds=40, train_subset=12000, lr_schedule="cosine")
+    lrs = lambda m, cell: {("scratch", None): 1e-2, ("scratch", "constant"): 3e-3}.get((cell.start, cell.schedule), 1e-3)
+    runs = regime.plan(cells, base, seeds=[0], lrs=lrs)
+    assert len(runs) == 4 * 2  # a FedAvg baseline and a FedFrozen arm per (start, schedule)
+    got = {(r.start, r.cfg.lr_schedule, r.arm): (r.cfg.init, r.cfg.lr) for r in runs}
+    assert got[("scratch", "cosine", "fedavg")] == ("random", 1e-2)  # None keeps the profile's schedule
+    assert got[("scratch", "constant", "fedfrozen")] == ("random", 3e-3)
+    assert got[("pretrained", "constant", "fedavg")] == ("pretrained", 1e-3)
+    assert {r.schedule for r in runs} == {"cosine", "constant"}
+
+
+def test_regimes_are_config_fields_and_their_rates_come_from_the_selection():
+    for name, fields in ff.profiles.REGIMES.items():
+        ff.Config(**{**ff.profiles.CPU_SCALE, **fields})  # every regime is a valid Config over the cpu profile
+    assert ff.profiles.regime_fields("constant_pretrained") == dict(init="pretrained", lr_schedule="constant")
+    rates = ff.profiles.regime_learning_rates("local5_pretrained", ["fedavg", "fedprox"])
+    assert rates["fedavg"] == ff.profiles.REGIME_LR["pretrained"]["fedavg"]  # more local work: its start's rate
+    assert rates["fedprox"] == ff.profiles.CPU_LR["fedprox"]  # not selected for the regime: the profile's
+    assert ff.profiles.regime_learning_rates("scratch", ["fedavg"]) == {"fedavg": ff.profiles.CPU_LR["fedavg"]}
+    assert ff.profiles.regime_learning_rates("pretrained", ["fedavg"], {"fedavg": 0.5}) == {"fedavg": 0.5}
+    with pytest.raises(ValueError, match="regime must be one of"):
+        ff.profiles.regime_fields("warm")
+    with pytest.raises(ValueError, match="regime must be one of"):
+        ff.profiles.regime_learning_rates("cold", ["fedavg"])
