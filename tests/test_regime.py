@@ -142,7 +142,9 @@ def test_schedule_axis_gives_its_own_baseline_and_lr_per_cell():
     cells = regime.grid(alphas=(0.1,), local_epochs=(1,), fractions=(0.25,), starts=("scratch", "pretrained"),
                         schedules=(None, "constant"))
     base = dict(dataset="fashion_mnist", rounds=40, train_subset=12000, lr_schedule="cosine")
-    lrs = lambda m, cell: {("scratch", None): 1e-2, ("scratch", "constant"): 3e-3}.get((cell.start, cell.schedule), 1e-3)
+    def lrs(method, cell):
+        return {("scratch", None): 1e-2, ("scratch", "constant"): 3e-3}.get((cell.start, cell.schedule), 1e-3)
+
     runs = regime.plan(cells, base, seeds=[0], lrs=lrs)
     assert len(runs) == 4 * 2  # a FedAvg baseline and a FedFrozen arm per (start, schedule)
     got = {(r.start, r.cfg.lr_schedule, r.arm): (r.cfg.init, r.cfg.lr) for r in runs}
@@ -153,7 +155,7 @@ def test_schedule_axis_gives_its_own_baseline_and_lr_per_cell():
 
 
 def test_regimes_are_config_fields_and_their_rates_come_from_the_selection():
-    for name, fields in ff.profiles.REGIMES.items():
+    for fields in ff.profiles.REGIMES.values():
         ff.Config(**{**ff.profiles.CPU_SCALE, **fields})  # every regime is a valid Config over the cpu profile
     assert ff.profiles.regime_fields("constant_pretrained") == dict(init="pretrained", lr_schedule="constant")
     rates = ff.profiles.regime_learning_rates("local5_pretrained", ["fedavg", "fedprox"])
