@@ -301,18 +301,28 @@ def split_qkv(model: nn.Module) -> nn.Module:
             setattr(modules[name], attr, new)
     for m in model.modules():  # the nested-tensor fast path would skip the split layers' forward
         if isinstance(m, nn.TransformerEncoder) and any(isinstance(x, SplitMultiheadAttention) for x in m.modules()):
+            if not hasattr(m, _NESTED):  # splitting twice keeps the stock value
+                setattr(m, _NESTED, m.use_nested_tensor)
             m.use_nested_tensor = False
     return model
 
 
+_NESTED = "_fedfrozen_use_nested_tensor"  # an encoder's own use_nested_tensor, kept by split_qkv for merge_qkv
+
+
 def merge_qkv(model: nn.Module) -> nn.Module:
-    """Inverse of split_qkv, in place: the state_dict loads strictly into the stock model."""
+    """Inverse of split_qkv, in place: the state_dict loads strictly into the stock model, and an enclosing
+    nn.TransformerEncoder gets back its own nested-tensor fast path (which split_qkv turned off)."""
     for parent in list(model.modules()):
         for child_name, child in list(parent.named_children()):
             if isinstance(child, SplitQKV):
                 setattr(parent, child_name, child.to_fused())
             elif isinstance(child, SplitMultiheadAttention):
                 setattr(parent, child_name, child.to_stock())
+    for m in model.modules():
+        if isinstance(m, nn.TransformerEncoder) and hasattr(m, _NESTED):
+            m.use_nested_tensor = getattr(m, _NESTED)
+            delattr(m, _NESTED)
     return model
 
 

@@ -310,3 +310,25 @@ def test_an_attention_class_the_table_does_not_know_is_refused_by_name():
         assert torch.equal(split.rows["v"], torch.tensor([8, 9, 10, 11, 20, 21, 22, 23]))
     finally:
         del ff.layouts.LAYOUTS[ff.layouts.class_path(MyAttention)]
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_merge_gives_an_encoder_back_its_nested_tensor_path():
+    """split -> merge -> eval with a padding mask equals the stock encoder at every position (padded ones
+    included: the stock fast path zeroes them, which the split had to turn off)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2)
+    enc.eval()
+    x = torch.randn(3, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 4 + [True]])
+    stock = enc.use_nested_tensor
+    with torch.no_grad():
+        before = enc(x, src_key_padding_mask=pad)
+    ff.qkv.split_qkv(enc)
+    ff.qkv.split_qkv(enc)  # twice: still the stock value to restore
+    ff.qkv.merge_qkv(enc)
+    assert enc.use_nested_tensor is stock
+    with torch.no_grad():
+        after = enc(x, src_key_padding_mask=pad)
+    assert torch.allclose(after, before, atol=1e-5)
