@@ -23,12 +23,12 @@ import itertools
 from dataclasses import dataclass
 
 from .config import Config
-from .profiles import PRETRAINED_START, REGIMES, regime_fields
+from .profiles import PRETRAINED_START, REGIMES, regime_fields, regime_learning_rates
 from .tables import UNRESOLVED, compare_runs
 from .tables import summarise as summarise_runs
 
 __all__ = ["Cell", "Run", "MEASURES", "GRIDS", "STARTS", "REGIMES", "grid", "plan", "summarise", "regime_map",
-           "start_fields", "regime_fields"]
+           "start_fields", "regime_fields", "regime_name", "selected_lrs"]
 
 # measure -> (label, higher is better)
 MEASURES = {
@@ -80,9 +80,11 @@ def grid(name: str | None = None, *, alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=
          fractions=(0.25, 0.5, 0.75), starts=("scratch", "warm"), schedules=(None,)) -> list[Cell]:
     """The cells of a named grid ("coarse", "full"), or the full product of the given axes."""
     if name is not None:
-        if name not in GRIDS:
-            raise ValueError(f"grid must be one of {', '.join(GRIDS)}; got {name!r}")
-        return list(GRIDS[name])
+        names = name.split("+")  # grids joined: "coarse+regimes"
+        bad = [n for n in names if n not in GRIDS]
+        if bad:
+            raise ValueError(f"grid must be one of {', '.join(GRIDS)} (or several joined by '+'); got {name!r}")
+        return list(dict.fromkeys(c for n in names for c in GRIDS[n]))
     for label, values in (("alphas", alphas), ("local_epochs", local_epochs), ("fractions", fractions),
                           ("starts", starts), ("schedules", schedules)):
         if not len(values):
@@ -113,6 +115,10 @@ GRIDS = {
     # start at alpha 0.1
     "coarse": tuple(grid(alphas=(0.1, 0.5), local_epochs=(1,), fractions=(0.25, 0.5), starts=("scratch",)))
     + (Cell(0.1, 5, "scratch", 0.5), Cell(0.1, 1, "warm", 0.5)),
+    # the regimes of notebook 03's section 2 at alpha 0.1, T0/T = 0.25 (its runs, through the cache): a pretrained
+    # start, a constant rate, both
+    "regimes": (Cell(0.1, 1, "pretrained", 0.25), Cell(0.1, 1, "scratch", 0.25, "constant"),
+                Cell(0.1, 1, "pretrained", 0.25, "constant")),
     "full": tuple(grid(alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=(1, 5), fractions=(0.25, 0.5, 0.75),
                        starts=STARTS)),
 }
@@ -123,6 +129,23 @@ def start_fields(start: str) -> dict:
     if start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}; got {start!r}")
     return dict(WARM_START) if start == "warm" else dict(PRETRAINED_START) if start == "pretrained" else {}
+
+
+def regime_name(cell: Cell) -> str:
+    """The regime (REGIMES) whose learning rates a cell takes: from its start (pretrained or not) and schedule;
+    heavy local work and a warm start take those of their start and schedule."""
+    pretrained = cell.start == "pretrained"
+    if cell.schedule == "constant":
+        return "constant_pretrained" if pretrained else "constant"
+    return "pretrained" if pretrained else "scratch"
+
+
+def selected_lrs(profile: str, dataset: str = "digits"):
+    """`lrs` for `plan`: each method at the rate selected for its cell's regime (profiles.regime_learning_rates;
+    the profile's own rates for the scratch regime)."""
+    def lr(method: str, cell: Cell) -> float:
+        return regime_learning_rates(regime_name(cell), [method], profile=profile, dataset=dataset)[method]
+    return lr
 
 
 def plan(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "fedavg", lrs=None) -> list[Run]:

@@ -25,6 +25,15 @@ def test_coarse_grid_is_a_subset_of_the_full_grid():
     assert set(regime.grid("coarse")) <= set(regime.grid("full"))
 
 
+def test_grids_join_with_a_plus_and_the_regime_cells_are_notebook_03s():
+    joined = regime.grid("coarse+regimes")
+    assert joined == regime.grid("coarse") + regime.grid("regimes")
+    assert {(c.start, c.schedule) for c in regime.grid("regimes")} == {
+        ("pretrained", None), ("scratch", "constant"), ("pretrained", "constant")}
+    with pytest.raises(ValueError, match="grid must be one of"):
+        regime.grid("coarse+huge")
+
+
 @pytest.mark.parametrize("kw, name", [
     (dict(fractions=(0.5, 1.0)), "fractions"), (dict(fractions=(-0.1,)), "fractions"),
     (dict(alphas=(0.0,)), "alphas"), (dict(local_epochs=(0,)), "local_epochs"), (dict(local_epochs=(1.5,)), "local_epochs"),
@@ -36,7 +45,7 @@ def test_bad_axes_are_named(kw, name):
 
 
 def test_unknown_grid_name_is_named():
-    with pytest.raises(ValueError, match="grid must be one of coarse, full"):
+    with pytest.raises(ValueError, match="grid must be one of coarse, regimes, full"):
         regime.grid("huge")
 
 
@@ -167,3 +176,28 @@ def test_regimes_are_config_fields_and_their_rates_come_from_the_selection():
         ff.profiles.regime_fields("warm")
     with pytest.raises(ValueError, match="regime must be one of"):
         ff.profiles.regime_learning_rates("cold", ["fedavg"])
+
+
+def test_each_cell_takes_the_rates_selected_for_its_regime():
+    lr = regime.selected_lrs("cpu")
+    assert lr("fedavg", regime.Cell(0.1, 1, "scratch", 0.25)) == ff.profiles.CPU_LR["fedavg"]
+    assert lr("fedavg", regime.Cell(0.1, 5, "warm", 0.5)) == ff.profiles.CPU_LR["fedavg"]
+    for cell, name in [(regime.Cell(0.1, 1, "pretrained", 0.25), "pretrained"),
+                       (regime.Cell(0.1, 1, "scratch", 0.25, "constant"), "constant"),
+                       (regime.Cell(0.1, 5, "pretrained", 0.5, "constant"), "constant_pretrained")]:
+        assert regime.regime_name(cell) == name
+        assert lr("fedfrozen", cell) == ff.profiles.REGIME_LR[name]["fedfrozen"]
+
+
+def test_the_map_and_notebook_03_build_the_same_runs():
+    """A regime cell of the map is the very config of notebook 03's section 2 (same cache key: no retraining)."""
+    from fedfrozen.experiments import config_key
+
+    base = ff.profiles.federated("cpu")
+    runs = regime.plan(regime.grid("regimes"), base, seeds=[3], lrs=regime.selected_lrs("cpu"))
+    for name in ("pretrained", "constant", "constant_pretrained"):
+        lrs = ff.profiles.regime_learning_rates(name, ["fedavg", "fedfrozen"])
+        for m in ("fedavg", "fedfrozen"):
+            nb03 = ff.Config(method=m, seed=3, partition="dirichlet", alpha=0.1,
+                             **{**base, **ff.profiles.regime_fields(name), "lr": lrs[m]})
+            assert config_key(nb03) in {config_key(r.cfg) for r in runs}
