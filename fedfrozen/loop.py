@@ -33,11 +33,9 @@ from .progress import progress_bar
 from .rng import seed_for
 from .round import LocalTraining, Round, evaluate, evaluate_round, lr_at, round_metrics
 
-__all__ = ["run", "CheckpointError", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics", "prepare", "Setup",
-           "split_training_data",
-           "save_checkpoint"]
+__all__ = ["run", "start_up", "CheckpointError", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics",
+           "prepare", "Setup", "split_training_data", "save_checkpoint"]
 
-_EPS = 1e-12
 # --- setup --------------------------------------------------------------------------------
 
 def _device(cfg: Config) -> torch.device:
@@ -199,19 +197,9 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
     method = methods.build(cfg)
     if cfg.engine == "batched" and method.cannot_run("batched"):
         raise ValueError(batched.unsupported(method, torch.nn.Module()) + "; use engine='sequential' or 'auto'")
-    s = prepare(cfg, train, test)
-    if cfg.init == "public":
-        _pretrain_on_public(s)
-    method.setup(s)
-
-    # the server's side of every round (global weights, accumulator, stage) and the clients' side in this process
-    clients = LocalTraining(s, method, _resolve_engine(cfg, method, s.model))
-    rnd = Round(s, method, configure=clients.configure)
-    hist = History(config=cfg.to_dict(), env=environment(str(s.device)))
-    start = 0
-    if resume_from is not None:
-        start = load_checkpoint(resume_from, cfg, rnd.x, method, hist, rnd.received_frozen)
-    rnd.start(start)
+    s, rnd, hist, start = start_up(cfg, method, train, test, resume_from)
+    clients = LocalTraining(s, method, _resolve_engine(cfg, method, s.model))  # the clients' side, in this process
+    clients.configure(rnd.current)
     last_save = time.perf_counter()
 
     bar = _progress(range(start, cfg.rounds), progress)
@@ -219,32 +207,27 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         t0 = time.perf_counter()
         # 1. open the round: stage switch, lr, value penalty, the sampled clients
         plan = rnd.open(r)
+        if plan.switched:
+            clients.configure(plan.frozen)  # the new stage's frozen groups and a fresh local optimiser
 
         # 2. local training, each client folded into the round as it finishes, in the sampled order
-        train_loss = 0.0 if plan.sampled else math.nan  # a round nobody joined (skewed participation) trains nothing
         for c in clients.train(plan, rnd.x):
-            if not math.isfinite(loss := c.loss):
+            if not math.isfinite(c.loss):
                 hist.diverged = {"round": r, "client": c.cid}
                 warnings.warn(f"run diverged: non-finite loss at round {r}, client {c.cid}; stopping",
                               RuntimeWarning, stacklevel=2)
                 break
-            train_loss += c.weight * loss
             rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)
-            down, up = clients.after(plan, c, rnd.delta)
-            plan.bytes_down += down + rnd.frozen_block_bytes(plan, c.cid)  # the frozen block: once per client
-            plan.bytes_up += up
+            clients.after(plan, c, rnd.delta)
+            rnd.take(plan, c.cid, c.weight, c.loss, c.mask)
         if hist.diverged:
             break
 
-        # 3. close it: the server step, measurements and evaluation make the History row
-        row = rnd.close(plan, train_loss)
-        row["bytes_down"], row["bytes_up"] = plan.bytes_down, plan.bytes_up
-        row["seconds"] = time.perf_counter() - t0
-        hist.append(row)
-        _show(bar, row)
+        # 3. close it: the server step, measurements and evaluation make the History row; the method may stop
+        stop = rnd.finish(plan, hist, t0)
+        _show(bar, hist.rows[-1])
 
-        # 4. what the method and the callbacks decide from it; the checkpoint
-        stop = method.on_round_end(r, hist.rows[-1], hist) is True
+        # 4. what the callbacks decide from it; the checkpoint
         stop = any([cb(r, hist.rows[-1], hist) is True for cb in callbacks]) or stop  # call every callback
         due = (r + 1) % checkpoint_every == 0 and time.perf_counter() - last_save >= checkpoint_seconds
         if checkpoint is not None and r + 1 < cfg.rounds and (stop or due):
@@ -253,6 +236,24 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         if stop:
             break
     return hist
+
+
+def start_up(cfg: Config, method, train=None, test=None, resume_from=None):
+    """What a run starts from, in the loop and in the Flower strategy alike: the Setup (data, model, flat buffer;
+    the server's warm start on its public split when init="public"), the method set up on it, the round's server
+    side, the History and the first round (> 0 when `resume_from` names a checkpoint, whose state is loaded).
+    Returns (setup, round, history, first_round)."""
+    s = prepare(cfg, train, test)
+    if cfg.init == "public":
+        _pretrain_on_public(s)
+    method.setup(s)
+    rnd = Round(s, method)
+    hist = History(config=cfg.to_dict(), env=environment(str(s.device)))
+    first = 0
+    if resume_from is not None:
+        first = load_checkpoint(resume_from, cfg, rnd.x, method, hist, rnd.received_frozen)
+    rnd.start(first)
+    return s, rnd, hist, first
 
 
 def _resolve_engine(cfg: Config, method, model) -> bool:

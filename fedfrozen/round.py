@@ -1,21 +1,25 @@
 """One federated round in phases, shared by `fedfrozen.loop.run` and the Flower strategy (fedfrozen.flower.server).
 
-    rnd = Round(setup, method, configure=clients.configure)   # kept between rounds: x, accumulator, stage
-    rnd.start(first_round)                                     # the stage of a fresh or resumed run
+    s, method, rnd, hist, first = loop.start_up(cfg, method)   # the same start for both (fresh or resumed)
+    clients.configure(rnd.current)                             # the clients' side of the stage (loop only)
     plan = rnd.open(r)                                         # stage switch, lr, value penalty, sampling
+    if plan.switched: clients.configure(plan.frozen)           # freeze, fresh local optimiser
     for c in clients.train(plan, rnd.x):                       # local training (either engine), in sampled order
         rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)   # upload, aggregate, drift sums
-        plan.bytes(*clients.after(plan, c, rnd.delta), ...)    # the client's state and bytes
-    row = rnd.close(plan, train_loss, joined)                  # server step, measurements, evaluation
+        clients.after(plan, c, rnd.delta)                      # the client's state from its update
+        rnd.take(plan, c.cid, c.weight, c.loss, c.mask)        # its training loss and bytes
+    stop = rnd.finish(plan, hist, t0)                          # server step, measurements, evaluation: the row
 
-`Round` is the server's side (what Flower's strategy runs too); `LocalTraining` the clients' side in this
-process (the Flower ClientApp trains its one client with it too, on a replica of the method). The hooks are the
-method's (fedfrozen.methods.base, whose docstring gives their order).
+The Flower strategy runs the same `open` / `fold` / `take` / `finish` on the replies of its nodes.
+`Round` is the server's side; `LocalTraining` the clients' side in this process (the Flower ClientApp trains its
+one client with it too, on a replica of the method). The hooks are the method's (fedfrozen.methods.base, whose
+docstring gives their order).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,9 +35,9 @@ __all__ = ["Plan", "ClientWork", "Round", "LocalTraining", "exchanged_bytes", "e
 _EPS = 1e-12
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
-    """What round r is: decided by `Round.open` before any client trains."""
+    """What round r is: decided by `Round.open` before any client trains (built by keyword)."""
 
     r: int
     frozen: tuple            # groups no client trains
@@ -48,6 +52,7 @@ class Plan:
     client_sq: dict = field(default_factory=dict)  # group -> sum_i p_i ||D_i,g||^2 (drift), filled by fold
     bytes_down: int = 0
     bytes_up: int = 0
+    train_loss: float = 0.0  # sum_i p_i loss_i over the clients taken (Round.take)
     masks: dict | None = None  # cid -> the mask the server sent a client (Flower); the others ask client_mask
 
     @property
@@ -87,11 +92,10 @@ def lr_at(cfg, r: int) -> float:
 
 class Round:
     """The server's side of every round: the global weights `x`, the accumulator, the stage and what each
-    client already holds of the frozen block. `configure(frozen)`, when given, is called at a stage switch
-    before the method drops its old-stage state (the loop rebuilds its local optimiser there)."""
+    client already holds of the frozen block."""
 
-    def __init__(self, s, method, configure=None):
-        self.s, self.method, self.configure = s, method, configure
+    def __init__(self, s, method):
+        self.s, self.method = s, method
         self.x = s.flat.data.clone()
         self.acc = torch.empty_like(self.x)
         self.delta = torch.empty_like(self.x)
@@ -107,8 +111,6 @@ class Round:
 
     def _set_stage(self, frozen: tuple) -> None:
         flat = self.s.flat
-        if self.configure is not None:
-            self.configure(frozen)
         trainable = [g for g in qkv.GROUPS if g not in frozen]
         self.mask = flat.mask(trainable)
         self.trainable_bytes, self.frozen_bytes = flat.group_bytes(trainable), flat.group_bytes(frozen)
@@ -130,8 +132,10 @@ class Round:
         weights = sizes / sizes.sum() if sampled else np.zeros(0)
         self.acc.zero_()
         method.begin_round(r, sampled)
-        return Plan(r, frozen, lr, value_l2, sampled, weights, method.anchor_coeff(), switched, self.mask,
-                    self.trainable_bytes, client_sq={g: torch.zeros((), device=self.x.device) for g in qkv.GROUPS})
+        return Plan(r=r, frozen=frozen, lr=lr, value_l2=value_l2, sampled=sampled, weights=weights,
+                    anchor_coeff=method.anchor_coeff(), switched=switched, mask=self.mask,
+                    trainable_bytes=self.trainable_bytes,
+                    client_sq={g: torch.zeros((), device=self.x.device) for g in qkv.GROUPS})
 
     def client_delta(self) -> torch.Tensor:
         """The update of the client whose weights the model holds (client - global), in the round's buffer."""
@@ -145,6 +149,27 @@ class Round:
         self.method.aggregate(self.acc, cid, delta, weight)
         for g, sq in self.s.flat.group_sq_norms(delta).items():
             plan.client_sq[g] += weight * sq
+
+    def take(self, plan: Plan, cid: int, weight: float, loss: float, mask) -> None:
+        """Client `cid`, folded and its after-hooks run, into the round's totals: its share of the training loss
+        and its (down, up) bytes by the method's count (`exchanged_bytes`; `mask`: what the client trained by its
+        own mask), the frozen block once per stage."""
+        plan.train_loss += weight * loss
+        down, up = exchanged_bytes(self.s, self.method, plan, cid, mask)
+        plan.bytes_down += down + self.frozen_block_bytes(plan, cid)
+        plan.bytes_up += up
+
+    def finish(self, plan: Plan, hist, started: float, joined=None, **columns) -> bool:
+        """Close the round (`close`) and append its History row with its bytes, `columns` (Flower adds what its
+        records weighed) and its seconds since `started` (time.perf_counter); then the method's on_round_end.
+        Returns whether the method asks to stop."""
+        joined = plan.sampled if joined is None else joined
+        row = self.close(plan, plan.train_loss if joined else math.nan, joined)
+        row["bytes_down"], row["bytes_up"] = plan.bytes_down, plan.bytes_up
+        row.update(columns)
+        row["seconds"] = time.perf_counter() - started
+        hist.append(row)
+        return self.method.on_round_end(plan.r, hist.rows[-1], hist) is True
 
     def frozen_block_bytes(self, plan: Plan, cid) -> int:
         """Bytes of the frozen block sent to client `cid` this round: once per stage, 0 afterwards."""
@@ -237,10 +262,9 @@ class LocalTraining:
                 c.loss_sum, c.steps = loss_sum, steps
                 yield c
 
-    def after(self, plan: Plan, c: ClientWork, delta: torch.Tensor) -> tuple[int, int]:
-        """The hooks after client `c` was folded: its state from the update, and its (down, up) bytes."""
+    def after(self, plan: Plan, c: ClientWork, delta: torch.Tensor) -> None:
+        """The hooks after client `c` was folded: its state from the update."""
         self.method.after_client(plan.r, c.cid, delta, c.steps, plan.lr, c.trains)
-        return exchanged_bytes(self.s, self.method, plan, c.cid, c.mask)
 
 
 def exchanged_bytes(s, method, plan: Plan, cid: int, mask) -> tuple[int, int]:

@@ -11,7 +11,7 @@ import fedfrozen as ff
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
 
-@pytest.mark.parametrize("nb", ["03", "04", "05", "06"])
+@pytest.mark.parametrize("nb", ["03", "04", "05", "06", "09", "10", "11"])
 def test_the_per_seed_table_reproduces_the_committed_verdict_table(nb):
     verdicts = pd.read_csv(FIGURES / f"{nb}_verdicts.csv", index_col=0)
     runs = pd.read_csv(FIGURES / f"{nb}_per_seed.csv", index_col=0)

@@ -68,8 +68,9 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
     training.configure(frozen)
     trainable = [g for g in qkv.GROUPS if g not in frozen]
     mask = (sent or {}).get("mask")
-    plan = Plan(r, frozen, float(conf["lr"]), float(conf["value-l2"]), [cid], np.ones(1),
-                float(conf["proximal-mu"]), False, flat.mask(trainable), flat.group_bytes(trainable),
+    plan = Plan(r=r, frozen=frozen, lr=float(conf["lr"]), value_l2=float(conf["value-l2"]), sampled=[cid],
+                weights=np.ones(1), anchor_coeff=float(conf["proximal-mu"]), switched=False, mask=flat.mask(trainable),
+                trainable_bytes=flat.group_bytes(trainable),
                 masks={} if mask is None else {cid: mask.to(flat.data.dtype)})  # else: the client's own client_mask
     (c,) = training.train(plan, x_global)  # the loop's local step, hooks included
     delta = flat.data - x_global

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 
@@ -14,8 +13,6 @@ from flwr.serverapp.strategy import FedAvg
 from .. import loop, methods, qkv
 from ..config import Config
 from ..history import History
-from ..io import environment
-from ..round import Round, exchanged_bytes
 from . import check_supported, config_from_run
 
 __all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server"]
@@ -38,17 +35,12 @@ class FedFrozenStrategy(FedAvg):
         check_supported(cfg)
         self.cfg, self.fail, self.checkpoint, self.client_state_dir = cfg, fail, checkpoint, client_state_dir
         self.method = methods.build(cfg)
-        self.s = loop.prepare(cfg)
-        self.method.setup(self.s)
+        # the loop's start: setup, method, the round's server side, History; self.first is the round Flower's
+        # round 1 is (> 0 when this run continues from its checkpoint)
+        self.s, self.rnd, self.hist, self.first = loop.start_up(
+            cfg, self.method, resume_from=checkpoint if checkpoint and os.path.exists(checkpoint) else None)
         self.flat = self.s.flat
-        self.rnd = Round(self.s, self.method)  # the round's server side, as fedfrozen.loop.run runs it
-        self.hist = History(config=cfg.to_dict(), env=environment(str(self.s.device)))
         self.hist.env["runtime"] = "flower"
-        self.first = 0  # the round Flower's round 1 is: > 0 when this run continues from its checkpoint
-        if checkpoint and os.path.exists(checkpoint):
-            self.first = loop.load_checkpoint(checkpoint, cfg, self.rnd.x, self.method, self.hist,
-                                              self.rnd.received_frozen)
-        self.rnd.start(self.first)
         self.node_partition: dict[int, int] = {}
         self.received_frozen: set[int] = set()  # nodes holding the current frozen block
         self.sampled: list[int] = []
@@ -107,8 +99,31 @@ class FedFrozenStrategy(FedAvg):
         return sorted(nodes)
 
     def aggregate_train(self, server_round: int, replies):
-        r = self.first + server_round - 1
-        flat, method = self.flat, self.method
+        """Parse the replies; fold and take each sampled client's update in the sampled order, as the loop does;
+        finish the round (the loop's server step and History row, with what the records weighed)."""
+        r, rnd, plan, method = self.first + server_round - 1, self.rnd, self.plan, self.method
+        results, failures = self._parse(r, replies)
+        done = [cid for cid in self.sampled if cid in results]
+        total = sum(results[c][1]["num-examples"] for c in done)
+        bytes_up_wire = 0
+        for cid in done:
+            arrays, m, up = results[cid]
+            p = float(m["num-examples"]) / total
+            self._client_update(arrays.to_torch_state_dict())
+            bytes_up_wire += arrays.count_bytes() + (msg_bytes(up) if up else 0)
+            method.from_client(r, cid, up, p)  # the server's side of after_client, before the update is folded
+            rnd.fold(plan, cid, rnd.delta, p, uploaded=True)  # (the client ran upload)
+            rnd.take(plan, cid, p, float(m["train-loss"]), method.client_mask(r, cid))  # (asked after the reply:
+            # a client may choose its own mask, head pruning)
+        rnd.finish(plan, self.hist, self.t0, joined=done, bytes_down_wire=self.bytes_down_wire,
+                   bytes_up_wire=bytes_up_wire, failures=failures)
+        if self.checkpoint and r + 1 < self.cfg.rounds:  # the server's side; each client keeps its own state
+            loop.save_checkpoint(self.checkpoint, self.cfg, r + 1, rnd.x, method, self.hist, rnd.received_frozen)
+        return self.initial_arrays(), MetricRecord({"train-loss": plan.train_loss if done else 0.0})
+
+    def _parse(self, r: int, replies) -> tuple[dict, list]:
+        """{partition id: (update ArrayRecord, metrics, what the method sent up)} of the replies that trained, and
+        the failures (node, partition, the client's reason); learns each node's partition id."""
         failures, results = [], {}
         for msg in replies:
             node = msg.metadata.src_node_id
@@ -122,37 +137,14 @@ class FedFrozenStrategy(FedAvg):
             if int(m["num-examples"]) > 0:
                 results[cid] = (msg.content["update"], m, msg.content["method"].to_torch_state_dict()
                                 if "method" in msg.content else {})
-        done = [cid for cid in self.sampled if cid in results]
-        rnd, plan = self.rnd, self.plan
-        total = sum(results[c][1]["num-examples"] for c in done)
-        train_loss = 0.0
-        bytes_up_wire = 0
-        for cid in done:  # in the sampled order, as the loop folds them
-            arrays, m, up = results[cid]
-            p = float(m["num-examples"]) / total
-            state = arrays.to_torch_state_dict()
-            rnd.delta.zero_()
-            for name, t in state.items():  # the client's update, as its Method.upload left it
-                a, b = flat.param_range[name]
-                rnd.delta[a:b] = t.reshape(-1)
-            bytes_up_wire += arrays.count_bytes() + (msg_bytes(up) if up else 0)
-            train_loss += p * float(m["train-loss"])
-            method.from_client(r, cid, up, p)  # the server's side of after_client, before the update is folded
-            rnd.fold(plan, cid, rnd.delta, p, uploaded=True)  # (the client ran upload)
-            mask = method.client_mask(r, cid)  # (asked after the reply: a client may choose its own, head pruning)
-            down, up_bytes = exchanged_bytes(self.s, method, plan, cid, mask)  # the loop's count
-            plan.bytes_down += down + rnd.frozen_block_bytes(plan, cid)
-            plan.bytes_up += up_bytes
-        row = rnd.close(plan, train_loss if done else math.nan, joined=done)  # the loop's server step and row
-        row["bytes_down"], row["bytes_up"] = plan.bytes_down, plan.bytes_up
-        row["bytes_down_wire"], row["bytes_up_wire"] = self.bytes_down_wire, bytes_up_wire
-        row["failures"] = failures
-        row["seconds"] = time.perf_counter() - self.t0
-        self.hist.append(row)
-        method.on_round_end(r, self.hist.rows[-1], self.hist)
-        if self.checkpoint and r + 1 < self.cfg.rounds:  # the server's side; each client keeps its own state
-            loop.save_checkpoint(self.checkpoint, self.cfg, r + 1, rnd.x, method, self.hist, rnd.received_frozen)
-        return self.initial_arrays(), MetricRecord({"train-loss": train_loss if done else 0.0})
+        return results, failures
+
+    def _client_update(self, state: dict) -> None:
+        """A client's update (as its Method.upload left it) into the round's buffer, by parameter name."""
+        self.rnd.delta.zero_()
+        for name, t in state.items():
+            a, b = self.flat.param_range[name]
+            self.rnd.delta[a:b] = t.reshape(-1)
 
 
 def _reason(text: str) -> str:
