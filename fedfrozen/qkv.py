@@ -13,6 +13,8 @@ module's own forward is unchanged and its output identical. `nn.MultiheadAttenti
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -244,6 +246,31 @@ def _unknown(name: str, module: nn.Module) -> TypeError:
         f"proj=..., roles=..., arrange=...)) (docs/attention_layouts.md); or Refused('why') to refuse it")
 
 
+# classes that are attention by what they are called, whatever their projections are named: attention, attn, and
+# the parallel blocks that fuse Q, K, V with the MLP's input (timm's ParallelScalingBlock, ParallelThingsBlock)
+_ATTENTION_CLASS = re.compile(r"attention|attn|parallel\w*block", re.IGNORECASE)
+
+
+def _no_projections(model: nn.Module) -> TypeError:
+    """Why nothing was split: attention classes whose Q/K/V are not in a child projection the table knows (named,
+    with what to do), or no attention at all."""
+    like = {}
+    for name, m in model.named_modules():
+        if _ATTENTION_CLASS.search(type(m).__name__) and not isinstance(m, _SPLIT) and any(True for _ in m.parameters()):
+            like.setdefault(class_path(type(m)), name or "the model")
+    if like:
+        where = ", ".join(f"{cls} (at {at})" for cls, at in sorted(like.items()))
+        return TypeError(
+            f"{type(model).__name__} has attention the QK/V splitter cannot split: {where}. Their Q, K and V are not "
+            f"in a child projection it knows ({', '.join(sorted(PROJECTION_NAMES))}; e.g. fused with other rows, "
+            f"computed per group, or not a dot-product of queries and keys), and no layout describes these classes. "
+            f"If one computes softmax(Q K^T) V from projections, describe it: fedfrozen.layouts.register(<class>, "
+            f"fedfrozen.layouts.Layout(proj=..., roles=..., arrange=...)), or Refused('why') "
+            f"(docs/attention_layouts.md)")
+    return TypeError(f"{type(model).__name__} has no attention to split: no fused `qkv` Linear, "
+                     f"no nn.MultiheadAttention, no separate q/k/v projections and no class named as attention")
+
+
 def attention_modules(model: nn.Module):
     """(name, module, entry) of every attention module in `model`; entry is a Layout, "mha" for an
     nn.MultiheadAttention, or "split" for one split_qkv made. Raises TypeError, naming the class and what to do,
@@ -279,8 +306,7 @@ def split_qkv(model: nn.Module) -> nn.Module:
         raise TypeError(f"split_qkv expects a torch.nn.Module; got {type(model).__name__}")
     found = attention_modules(model)  # every refusal before anything is replaced
     if not found and not any(isinstance(m, _SPLIT) for m in model.modules()):
-        raise TypeError(f"{type(model).__name__} has no attention to split: no fused `qkv` Linear, "
-                        f"no nn.MultiheadAttention and no separate q/k/v projections")
+        raise _no_projections(model)
     plans = []
     for name, m, entry in found:
         if entry == "mha":

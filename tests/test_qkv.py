@@ -332,3 +332,31 @@ def test_merge_gives_an_encoder_back_its_nested_tensor_path():
     with torch.no_grad():
         after = enc(x, src_key_padding_mask=pad)
     assert torch.allclose(after, before, atol=1e-5)
+
+
+def test_attention_with_projections_of_other_names_is_named_never_called_no_attention():
+    """An attention class whose Q/K/V are not in a projection the table knows (timm's EfficientViT-MSRA,
+    MobileViTv2, SwiftFormer, the parallel-block ViTs) is named with what to do, not called "no attention"."""
+    class GroupAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleList(nn.Linear(8, 24) for _ in range(2))  # Q, K, V per group
+
+        def forward(self, x):
+            return sum(h(x)[..., :8] for h in self.heads)
+
+    model = nn.Sequential(nn.Linear(8, 8), GroupAttention())
+    with pytest.raises(TypeError, match=r"has attention the QK/V splitter cannot split: .*GroupAttention \(at 1\)"
+                                        r".*fedfrozen.layouts.register"):
+        ff.qkv.split_qkv(model)
+
+
+@pytest.mark.parametrize("name, cls", [("efficientvit_m0", "CascadedGroupAttention"),
+                                       ("vit_pwee_patch16_reg1_gap_256", "ParallelScalingBlock"),
+                                       ("mobilevitv2_050", "LinearSelfAttention"),
+                                       ("swiftformer_xs", "EfficientAdditiveAttention")])
+def test_timm_families_without_a_layout_are_told_which_class(name, cls):
+    timm = pytest.importorskip("timm")
+    model = timm.create_model(name, pretrained=False)
+    with pytest.raises(TypeError, match=f"has attention the QK/V splitter cannot split: .*{cls}"):
+        ff.qkv.split_qkv(model)
