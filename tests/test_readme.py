@@ -116,7 +116,8 @@ def test_the_readme_family_is_the_notebooks_tables_judged_together():
 
     frames = [pd.read_csv(p, index_col=0) for p in sorted((ROOT / "figures").glob("0[3-6]_verdicts.csv"))]
     for f in frames:  # each notebook's table is its own family
-        pd.testing.assert_frame_equal(ff.tables.adjust(f.drop(columns=ff.tables.ADJUSTED_COLUMNS)), f, rtol=1e-5)
+        # (the CSV keeps 6 significant digits of d and the half-width: p recomputed from them agrees to 1e-4)
+        pd.testing.assert_frame_equal(ff.tables.adjust(f.drop(columns=ff.tables.ADJUSTED_COLUMNS)), f, rtol=1e-4)
     joined = pd.concat(frames, ignore_index=True).drop(columns=ff.tables.ADJUSTED_COLUMNS)
     family = verdicts()
     assert len(family) == len(joined)
