@@ -212,14 +212,14 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
 
         # 2. local training, each client folded into the round as it finishes, in the sampled order
         for c in clients.train(plan, rnd.x):
-            if not math.isfinite(c.loss):
+            if not math.isfinite(loss := c.loss):  # (one .item() per client)
                 hist.diverged = {"round": r, "client": c.cid}
                 warnings.warn(f"run diverged: non-finite loss at round {r}, client {c.cid}; stopping",
                               RuntimeWarning, stacklevel=2)
                 break
             rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)
             clients.after(plan, c, rnd.delta)
-            rnd.take(plan, c.cid, c.weight, c.loss, c.mask)
+            rnd.take(plan, c.cid, c.weight, loss, c.mask)
         if hist.diverged:
             break
 
