@@ -35,8 +35,8 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from . import augment
-from .flat import adamw_step, merged_slices, sgd_step
-from .local import grad_terms, plan
+from .flat import UpdateRule, merged_slices
+from .local import autocast, grad_terms, plan
 
 __all__ = ["Layout", "unsupported", "train_chunk", "chunk_size", "MEMORY_BUDGET"]
 
@@ -167,7 +167,7 @@ def _step(model: nn.Module, layout: Layout, amp: bool, compile: bool):
         a = W.shape[0]
         tparams = {name: W[:, lo:hi].view(a, *shape) for name, shape, lo, hi in trainable}
         fparams = {name: frozen_vec[lo:hi].view(shape) for name, shape, lo, hi in frozen}
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+        with autocast(amp, device):
             grads, loss = batched_grad(tparams, fparams, buffers, xb, yb, wb)
         G = torch.cat([grads[name].reshape(a, -1) for name, _, _, _ in trainable], dim=1)
         return G.float(), loss.detach().float()
@@ -207,13 +207,11 @@ def _client_batches(order, sizes, B: int):
     return pos, valid
 
 
-def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: list, *, anchor_coeff=0.0,
-                value_l2=0.0, value_mode="ridge") -> list[tuple[torch.Tensor, torch.Tensor, int]]:
-    """Train `clients` (objects with idx, gen, correction, mask: fedfrozen.round.ClientWork) from x_global at once.
-
-    `opt` is the loop's FlatOptimizer, read for the update rule and its hyperparameters (kind, lr,
-    weight decay, betas, eps, momentum); it is not stepped. Returns, per client in the given order,
-    (trained trainable entries, summed loss tensor, number of steps).
+def train_chunk(setup, layout: Layout, rule: UpdateRule, lr: float, x_global: torch.Tensor, clients: list, *,
+                anchor_coeff=0.0, value_l2=0.0, value_mode="ridge") -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """Train `clients` (objects with idx, gen, correction, mask: fedfrozen.round.ClientWork) from x_global at once,
+    each step by `rule` (the sequential engine's, fedfrozen.flat.UpdateRule) at rate `lr`. Returns, per client in
+    the given order, (trained trainable entries, summed loss tensor, number of steps).
     """
     cfg, model, device = setup.cfg, setup.model, setup.device
     n = len(clients)
@@ -241,7 +239,7 @@ def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: lis
     anchor_t = x_t
     W = x_t.repeat(n, 1)
     m = torch.zeros_like(W)
-    v = torch.zeros_like(W) if opt.kind == "adamw" else None
+    v = torch.zeros_like(W) if rule.kind == "adamw" else None
     corr_full = [clients[i].correction for i in rank]
     corr = None
     if any(c is not None for c in corr_full):
@@ -251,10 +249,7 @@ def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: lis
     if any(mk is not None for mk in masks_full):
         mask = torch.stack([layout.gather(mk) if mk is not None else x_t.new_ones(layout.nt) for mk in masks_full])
     extra_sq = _frozen_sq(layout, x_global, corr_full, masks_full, value_l2, value_mode) if cfg.grad_clip else None
-    decay = None
-    if mask is not None and opt.weight_decay:
-        decay = torch.where(mask > 0, torch.tensor(1 - opt.lr * opt.weight_decay, dtype=mask.dtype), 1.0) \
-            if opt.kind == "adamw" else mask
+    decay = rule.decay(mask, lr)
 
     frozen_vec = layout.gather(x_global, frozen=True)
     buffers = dict(model.named_buffers())
@@ -283,10 +278,7 @@ def train_chunk(setup, layout: Layout, opt, x_global: torch.Tensor, clients: lis
                        vs=layout.vs_t, mask=None if mask is None else mask[:a], clip=cfg.grad_clip,
                        extra_sq=None if extra_sq is None else extra_sq[:a])
             d = None if decay is None else decay[:a]
-            if opt.kind == "adamw":
-                adamw_step(Wk, G, m[:a], v[:a], k + 1, opt.lr, opt.weight_decay, opt.betas, opt.eps, d)
-            else:
-                sgd_step(Wk, G, m[:a], k + 1, opt.lr, opt.weight_decay, opt.momentum, d)
+            rule.apply(Wk, G, m[:a], None if v is None else v[:a], k + 1, lr, d)
             loss_sum[:a] += loss
     out: list = [None] * n
     for j, i in enumerate(rank):

@@ -10,14 +10,16 @@ the ordinary parameters: it updates the views, hence the buffer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .qkv import GROUPS, param_groups
 
-__all__ = ["FlatParams", "FlatOptimizer", "merged_slices", "adamw_step", "sgd_step"]
+__all__ = ["FlatParams", "UpdateRule", "FlatOptimizer", "merged_slices", "adamw_step", "sgd_step"]
 
 
 class FlatParams:
@@ -89,51 +91,85 @@ def merged_slices(flat: FlatParams, groups) -> list[slice]:
     return [slice(a, b) for a, b in out]
 
 
-class FlatOptimizer:
-    """AdamW or SGD with momentum stepping slices of the flat buffer with a handful of vector ops.
+@dataclass(frozen=True)
+class UpdateRule:
+    """The local update rule both engines step with: AdamW (torch.optim.AdamW's rule) or SGD with momentum
+    (torch.optim.SGD's, no dampening or Nesterov), and its hyperparameters. The learning rate is not part of it:
+    the caller passes the step's lr (the round's, from the schedule) to `apply`."""
 
-    Same update rules as torch.optim.AdamW / torch.optim.SGD (no dampening, no Nesterov), but
-    the cost of a step no longer grows with the number of parameter tensors: on vit_digits
-    (76 tensors) a step takes a fraction of torch's foreach implementation. `reset()` gives a
-    fresh state (a client's first step) without allocating. `mask` (None, or a 0/1 vector over
-    the whole flat buffer) restricts weight decay to the masked-in entries; the caller zeroes the
+    kind: str = "adamw"
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+
+    def __post_init__(self):
+        if self.kind not in ("adamw", "sgd"):
+            raise ValueError(f"optimizer must be 'adamw' or 'sgd'; got {self.kind!r}")
+
+    def decay(self, mask, lr: float):
+        """Masked weight decay (`mask`: None or 0/1 weights of the trained entries, any shape): None when it is
+        plain, else AdamW's per-entry factor 1 - lr*wd where the mask is 1 and 1 elsewhere (the same float32 factor
+        as the unmasked step: bit-equal there), or SGD's mask on its L2 term."""
+        if mask is None or not self.weight_decay:
+            return None
+        if self.kind == "sgd":
+            return mask
+        return torch.where(mask > 0, torch.tensor(1 - lr * self.weight_decay, dtype=mask.dtype), 1.0)
+
+    def apply(self, p, g, m, v, t: int, lr: float, decay=None) -> None:
+        """One step at step count `t` and rate `lr`, in place on weights `p` with gradient `g` and state (m, v) of
+        any shape: one client's slice, or the batched engine's stacked (clients, entries) rows."""
+        if self.kind == "adamw":
+            adamw_step(p, g, m, v, t, lr, self.weight_decay, self.betas, self.eps, decay)
+        else:
+            sgd_step(p, g, m, t, lr, self.weight_decay, self.momentum, decay)
+
+
+class FlatOptimizer:
+    """An `UpdateRule` stepping slices of the flat buffer with a handful of vector ops: `step(lr)`.
+
+    Same update rules as torch.optim.AdamW / torch.optim.SGD, but the cost of a step no longer grows with the
+    number of parameter tensors: on vit_digits (76 tensors) a step takes a fraction of torch's foreach
+    implementation. `reset()` gives a fresh state (a client's first step) without allocating. `mask` (None, or a
+    0/1 vector over the whole flat buffer) restricts weight decay to the masked-in entries; the caller zeroes the
     gradient outside it, so masked-out entries do not move at all.
     """
 
-    def __init__(self, flat: FlatParams, slices, kind: str = "adamw", lr: float = 1e-3, weight_decay: float = 0.0,
+    def __init__(self, flat: FlatParams, slices, kind: str = "adamw", weight_decay: float = 0.0,
                  momentum: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8):
-        if kind not in ("adamw", "sgd"):
-            raise ValueError(f"optimizer must be 'adamw' or 'sgd'; got {kind!r}")
-        self.flat, self.slices, self.kind = flat, list(slices), kind
-        self.lr, self.weight_decay, self.momentum = lr, weight_decay, momentum
-        self.betas, self.eps = betas, eps
+        self.rule = UpdateRule(kind, weight_decay, momentum, tuple(betas), eps)
+        self.flat, self.slices = flat, list(slices)
         n = sum(s.stop - s.start for s in self.slices)
         self.m = flat.data.new_zeros(n)
         self.v = flat.data.new_zeros(n) if kind == "adamw" else None
         self.t = 0
         self.mask: torch.Tensor | None = None
+        self.lr_scale = 1.0  # a method's factor on the step's lr for the client about to train (FedAdamW: 1 - gamma)
         self.after_step = None  # a method's per-step term applied to the weights after each step (FedAdamW)
-        self.step_rule = None  # a method's own update rule, rule(opt) after the counter moved (FedLADA, FedACT)
-        self._decay = (None, None, None)  # (lr, mask, per-entry decay factor) of the masked AdamW path
+        self.step_rule = None  # a method's own update rule, rule(opt, lr) after the counter moved (FedLADA, FedACT)
+        self._decay = (None, None, None, None)  # (lr, rule, mask, factor) of the masked path, kept per client
 
-    def _decay_factor(self, lr: float, wd: float) -> torch.Tensor:
-        """1 - lr*wd where the mask is 1, else 1: the same float32 factor as the unmasked step (bit-equal there)."""
-        cached_lr, cached_mask, factor = self._decay
-        if cached_lr != lr or cached_mask is not self.mask:
-            factor = torch.where(self.mask > 0, torch.tensor(1 - lr * wd, dtype=self.mask.dtype), 1.0)
-            self._decay = (lr, self.mask, factor)
+    def _decay_factor(self, lr: float):
+        cached_lr, cached_rule, cached_mask, factor = self._decay
+        if cached_lr != lr or cached_rule is not self.rule or cached_mask is not self.mask:
+            factor = self.rule.decay(self.mask, lr)
+            self._decay = (lr, self.rule, self.mask, factor)
         return factor
 
     # --- the entry points of methods that shape a client's local optimiser (FedAdamW, FedLADA, FedACT) ----------
-    CLIENT_SETTINGS = ("lr", "weight_decay", "step_rule", "after_step")
+    CLIENT_SETTINGS = ("lr_scale", "weight_decay", "step_rule", "after_step")
 
     def configure_client(self, **settings) -> None:
-        """Set, for the client about to train, any of CLIENT_SETTINGS: its lr and weight decay, `step_rule`
-        (rule(opt) replacing the AdamW/SGD step, after the counter moved) and `after_step` (a term applied to the
-        weights after each step); None clears a rule. `clear_client_rules` drops both rules afterwards."""
+        """Set, for the client about to train, any of CLIENT_SETTINGS: `lr_scale` (a factor on each step's lr),
+        its weight decay (a new rule), `step_rule` (rule(opt, lr) replacing the AdamW/SGD step, after the counter
+        moved) and `after_step` (a term applied to the weights after each step); None clears a rule.
+        `clear_client_rules` drops both rules afterwards."""
         bad = sorted(set(settings) - set(self.CLIENT_SETTINGS))
         if bad:
             raise ValueError(f"configure_client: unknown setting(s) {bad}; the optimiser takes {self.CLIENT_SETTINGS}")
+        if "weight_decay" in settings:
+            self.rule = dataclasses.replace(self.rule, weight_decay=settings.pop("weight_decay"))
         for k, v in settings.items():
             setattr(self, k, v)
 
@@ -177,22 +213,16 @@ class FlatOptimizer:
             offset += n
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, lr: float) -> None:
+        """One step at rate `lr` (times the client's lr_scale)."""
         self.t += 1
+        lr = lr * self.lr_scale
         if self.step_rule is not None:
-            self.step_rule(self)
-            if self.after_step is not None:
-                self.after_step()
-            return
-        decay = None
-        if self.mask is not None and self.weight_decay:
-            decay = self._decay_factor(self.lr, self.weight_decay) if self.kind == "adamw" else self.mask
-        for s, (p, g, m, v) in zip(self.slices, self.views()):
-            d = None if decay is None else decay[s]
-            if self.kind == "adamw":
-                adamw_step(p, g, m, v, self.t, self.lr, self.weight_decay, self.betas, self.eps, d)
-            else:
-                sgd_step(p, g, m, self.t, self.lr, self.weight_decay, self.momentum, d)
+            self.step_rule(self, lr)
+        else:
+            decay = self._decay_factor(lr)
+            for s, (p, g, m, v) in zip(self.slices, self.views()):
+                self.rule.apply(p, g, m, v, self.t, lr, None if decay is None else decay[s])
         if self.after_step is not None:
             self.after_step()
 

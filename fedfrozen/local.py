@@ -22,8 +22,8 @@ __all__ = ["make_optimizer", "batches", "plan", "autocast", "grad_terms", "train
 
 def make_optimizer(cfg, flat: FlatParams, groups=GROUPS) -> FlatOptimizer:
     """The local optimiser over the given (trainable) groups of the flat buffer."""
-    return FlatOptimizer(flat, merged_slices(flat, groups), cfg.optimizer, lr=cfg.lr,
-                         weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+    return FlatOptimizer(flat, merged_slices(flat, groups), cfg.optimizer, weight_decay=cfg.weight_decay,
+                         momentum=cfg.momentum)
 
 
 def batches(n: int, cfg, gen: torch.Generator, epochs: int | None, steps: int | None) -> list[torch.Tensor]:
@@ -51,10 +51,10 @@ def plan(setup, idx: torch.Tensor, gen: torch.Generator, epochs=None, steps=None
     return order, sizes, aug
 
 
-def autocast(cfg, device):
-    if cfg.amp:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return torch.autocast(device_type=device.type, enabled=False)
+def autocast(amp: bool, device):
+    """The one mixed-precision context of training and evaluation: bfloat16 autocast on `device` when `amp`
+    (Config.amp), else autocast off."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bool(amp))
 
 
 def grad_terms(g, x, *, anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge",
@@ -90,12 +90,12 @@ def grad_terms(g, x, *, anchor=None, anchor_coeff=0.0, correction=None, value_l2
     return g
 
 
-def train(setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None, anchor=None,
+def train(setup, opt, lr: float, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None, anchor=None,
           anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", mask=None, forward=None):
-    """Train the resident model on samples `idx`; returns (summed loss tensor, number of steps).
+    """Train the resident model on samples `idx` at local rate `lr`; returns (summed loss tensor, number of steps).
 
     Per step the flat gradient gets the local objective's terms (`grad_terms`; paper, Eq. of
-    stage 2) and `opt` steps. With augmentation on (fedfrozen.augment) each batch is cropped and
+    stage 2) and `opt` steps at `lr`. With augmentation on (fedfrozen.augment) each batch is cropped and
     flipped on the device. `forward(batch indices, inputs)`, when a method gives one (AFedLF's
     cached prefix), replaces the model's forward pass.
     """
@@ -108,11 +108,11 @@ def train(setup, opt, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, s
     for b, a in zip(torch.split(order, sizes), aug):
         flat.zero_grad()
         xb = setup.x[b] if a is None else augment.apply(setup.x[b], a)
-        with autocast(cfg, setup.device):
+        with autocast(cfg.amp, setup.device):
             loss = F.cross_entropy(model(xb) if forward is None else forward(b, xb), setup.y[b])
         loss.backward()
         grad_terms(flat.grad, flat.data, anchor=anchor, anchor_coeff=anchor_coeff, correction=correction,
                    value_l2=value_l2, value_mode=value_mode, vs=vs, mask=mask, clip=cfg.grad_clip)
-        opt.step()
+        opt.step(lr)
         loss_sum += loss.detach()
     return loss_sum, len(sizes)

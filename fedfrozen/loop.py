@@ -161,7 +161,7 @@ def _pretrain_on_public(s: Setup) -> None:
     cfg = s.cfg
     opt = local.make_optimizer(cfg, s.flat)
     gen = torch.Generator().manual_seed(seed_for("server_pretrain", cfg.seed))
-    local.train(s, opt, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
+    local.train(s, opt, cfg.lr, s.public_idx, gen, epochs=cfg.server_pretrain_epochs)
 
 
 # --- the loop -----------------------------------------------------------------------------

@@ -235,7 +235,6 @@ class LocalTraining:
         """Each sampled client, trained, in the sampled order. Sequentially a client's hooks before training
         run after the previous client was folded; the batched engine prepares a whole chunk first."""
         s, cfg = self.s, self.s.cfg
-        self.opt.lr = plan.lr
         n = len(plan.sampled)
         chunk = max(1, batched.chunk_size(cfg, self.layout, s.model, s, n)) if self.use_batched else 1
         for c0 in range(0, n, chunk):
@@ -244,7 +243,7 @@ class LocalTraining:
                 c = self._prepare(plan, cid, j, x)
                 if not self.use_batched:
                     c.loss_sum, c.steps = local.train(
-                        s, self.opt, c.idx, c.gen, epochs=cfg.local_epochs, steps=cfg.local_steps, anchor=x,
+                        s, self.opt, plan.lr, c.idx, c.gen, epochs=cfg.local_epochs, steps=cfg.local_steps, anchor=x,
                         anchor_coeff=plan.anchor_coeff, correction=c.correction, value_l2=plan.value_l2,
                         value_mode=cfg.value_l2_mode, mask=c.mask, forward=c.forward)
                     yield c
@@ -253,7 +252,7 @@ class LocalTraining:
             if not self.use_batched:
                 continue
             s.flat.data.copy_(x)
-            trained = batched.train_chunk(s, self.layout, self.opt, x, clients,
+            trained = batched.train_chunk(s, self.layout, self.opt.rule, plan.lr, x, clients,
                                           anchor_coeff=plan.anchor_coeff, value_l2=plan.value_l2,
                                           value_mode=cfg.value_l2_mode)
             for c, (weights, loss_sum, steps) in zip(clients, trained):
@@ -320,7 +319,7 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, am
         return float("nan"), float("nan"), torch.zeros(0, dtype=torch.bool)
     losses, correct = [], []
     for i in range(0, len(y), batch_size):
-        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=amp):
+        with local.autocast(amp, x.device):
             out = model(x[i:i + batch_size]).float()
         losses.append(F.cross_entropy(out, y[i:i + batch_size], reduction="sum"))
         correct.append(out.argmax(1) == y[i:i + batch_size])

@@ -95,8 +95,8 @@ def test_a_finished_client_does_not_move(setups):
         return [SimpleNamespace(idx=s.client_train[i], gen=torch.Generator().manual_seed(i), correction=None, mask=None)
                 for i in ids]
 
-    together = batched.train_chunk(s, layout, opt, x0, clients([0, 1]))
-    alone = [batched.train_chunk(s, layout, opt, x0, clients([i]))[0] for i in (0, 1)]
+    together = batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, clients([0, 1]))
+    alone = [batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, clients([i]))[0] for i in (0, 1)]
     for (w, loss, k), (w1, loss1, k1) in zip(together, alone):
         assert k == k1
         assert torch.allclose(w, w1, atol=1e-6) and torch.allclose(loss, loss1, atol=1e-6)

@@ -30,7 +30,8 @@ def test_clients_start_from_the_server_moments_and_step_counter(monkeypatch):
         for s in opt.slices:
             full[s] = opt.v[offset:offset + s.stop - s.start]
             offset += s.stop - s.start
-        seen.append((r, opt.t, self.t, full.clone(), self.v_bar[self.tensor_of].clone(), opt.lr, opt.weight_decay))
+        seen.append((r, opt.t, self.t, full.clone(), self.v_bar[self.tensor_of].clone(), opt.lr_scale,
+                     opt.rule.weight_decay))
 
     monkeypatch.setattr(FedAdamW, "init_client", spy)
     cfg = tiny_config(method="fedadamw", local_steps=3, lr=1e-2, weight_decay=0.01)
@@ -38,7 +39,7 @@ def test_clients_start_from_the_server_moments_and_step_counter(monkeypatch):
     for r, opt_t, server_t, v, v_bar, lr, wd in seen:
         assert opt_t == server_t == 3 * r                       # the counter runs on: + K per round
         assert torch.equal(v, v_bar)                              # per tensor, the server's mean of v
-        assert lr == pytest.approx(1e-2 * 0.1) and wd == pytest.approx(0.01 / 0.1)
+        assert lr == pytest.approx(0.1) and wd == pytest.approx(0.01 / 0.1)  # the factor on the round's lr: 1 - gamma
     assert seen[0][3].abs().sum() == 0 and seen[-1][3].abs().sum() > 0
 
 

@@ -20,7 +20,7 @@ def _flat(seed=0):
 def test_fedlada_step_is_torch_adam_with_coupled_decay():
     model, flat = _flat()
     ref = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
-    opt = FlatOptimizer(flat, [slice(0, flat.numel)], "adamw", lr=1e-2)
+    opt = FlatOptimizer(flat, [slice(0, flat.numel)], "adamw")
     opt.step_rule = fedlada._adam_coupled
     torch_opt = torch.optim.Adam(ref, lr=1e-2, weight_decay=fedlada.LADA_COUPLED_WD)
     gen = torch.Generator().manual_seed(0)
@@ -31,7 +31,7 @@ def test_fedlada_step_is_torch_adam_with_coupled_decay():
         for p in ref:
             p.grad = g[offset:offset + p.numel()].view_as(p).clone()
             offset += p.numel()
-        opt.step()
+        opt.step(1e-2)
         torch_opt.step()
     assert torch.allclose(flat.data, torch.cat([p.detach().flatten() for p in ref]), atol=1e-6)
 
@@ -40,13 +40,13 @@ def test_fedact_trust_scales_agreeing_coordinates_up():
     """m̂ and Δ^G agree on coordinate 0 (trust 1), disagree on 1 (tau_min); the mean trust is renormalised to 1."""
     model, flat = _flat()
     flat.data.zero_()
-    opt = FlatOptimizer(flat, [slice(0, 2)], "adamw", lr=0.1)
+    opt = FlatOptimizer(flat, [slice(0, 2)], "adamw")
     flat.grad.zero_()
     flat.grad[:2] = torch.tensor([1.0, 1.0])        # m̂ > 0 on both
     delta_bar = torch.zeros(flat.numel)
     delta_bar[:2] = torch.tensor([10.0, -10.0])     # Δ^G = -Δ̄/(Kη): negative on 0 (disagrees), positive on 1 (agrees)
     opt.t = 1
-    fedlada._act_step(opt, delta_bar, K=1, alpha=0.0, tau_min=0.1)
+    fedlada._act_step(opt, 0.1, delta_bar, K=1, alpha=0.0, tau_min=0.1)
     # d = m̂/(sqrt(v̂)+eps) = 1 on both (alpha 0); tau = (0.1, 1) renormalised to mean 1 -> (0.2/1.1, 2/1.1)
     step = -flat.data[:2] / 0.1
     assert torch.allclose(step, torch.tensor([0.2 / 1.1, 2.0 / 1.1]), atol=1e-5)

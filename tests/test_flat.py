@@ -43,13 +43,14 @@ def test_flat_optimizer_matches_torch(kind, kw, torch_opt):
     ff.qkv.freeze(model, "qk")
     ff.qkv.freeze(reference, "qk")
     trainable = [g for g in ff.qkv.GROUPS if g != "qk"]
+    lr = kw.pop("lr")  # the step's argument: the rule holds the rest
     opt = FlatOptimizer(flat, merged_slices(flat, trainable), kind, **kw)
     ref_opt = torch_opt([p for p in reference.parameters() if p.requires_grad])
     x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
     for _ in range(5):
         flat.zero_grad()
         F.cross_entropy(model(x), y).backward()
-        opt.step()
+        opt.step(lr)
         ref_opt.zero_grad()
         F.cross_entropy(reference(x), y).backward()
         ref_opt.step()
@@ -72,7 +73,7 @@ def test_the_optimisers_client_entry_points():
     model = _model()
     qkv_free = FlatParams(model)
     slices = [slice(0, 10), slice(20, 30)]
-    opt = FlatOptimizer(qkv_free, slices, "adamw", lr=1e-3)
+    opt = FlatOptimizer(qkv_free, slices, "adamw")
     full = torch.arange(qkv_free.numel, dtype=torch.float32)
     opt.start_from(full, t=7)
     assert opt.t == 7 and torch.equal(opt.v, torch.cat([full[0:10], full[20:30]]))
@@ -80,16 +81,21 @@ def test_the_optimisers_client_entry_points():
     assert torch.equal(back[0:10], full[0:10]) and torch.equal(back[20:30], full[20:30])
     assert back[10:20].abs().sum() == 0 and back[30:].abs().sum() == 0
     calls = []
-    opt.configure_client(lr=0.5, weight_decay=0.1, after_step=lambda: calls.append("after"))
-    assert (opt.lr, opt.weight_decay) == (0.5, 0.1)
+    rule = opt.rule
+    opt.configure_client(lr_scale=0.5, weight_decay=0.1, after_step=lambda: calls.append("after"))
+    assert (opt.lr_scale, opt.rule.weight_decay) == (0.5, 0.1) and rule.weight_decay == 0.0  # a new rule
+    seen = []
+    opt.configure_client(step_rule=lambda o, lr: seen.append(lr))
     qkv_free.grad.zero_()
-    opt.step()
-    assert calls == ["after"]
+    opt.step(1e-2)
+    assert calls == ["after"] and seen == [0.5 * 1e-2]  # the step's lr times the client's scale
     opt.clear_client_rules()
-    opt.step()
-    assert calls == ["after"] and opt.step_rule is None
+    opt.step(1e-2)
+    assert calls == ["after"] and seen == [0.5 * 1e-2] and opt.step_rule is None
     with pytest.raises(ValueError, match="unknown setting.*'momentum'"):
         opt.configure_client(momentum=0.9)
-    sgd = FlatOptimizer(qkv_free, slices, "sgd", lr=1e-3)
+    with pytest.raises(ValueError, match="optimizer must be 'adamw' or 'sgd'"):
+        FlatOptimizer(qkv_free, slices, "adam")
+    sgd = FlatOptimizer(qkv_free, slices, "sgd")
     with pytest.raises(ValueError, match="SGD; it has no second moments"):
         sgd.start_from(full, 1)

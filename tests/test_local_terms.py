@@ -51,12 +51,12 @@ def _one_step(cfg, anchor_coeff, value_l2=0.0, engine="sequential"):
     opt = local.make_optimizer(cfg, s.flat)
     gen = torch.Generator().manual_seed(7)
     if engine == "sequential":
-        local.train(s, opt, s.client_train[0], gen, steps=1, anchor=x0, anchor_coeff=anchor_coeff,
+        local.train(s, opt, cfg.lr, s.client_train[0], gen, steps=1, anchor=x0, anchor_coeff=anchor_coeff,
                     value_l2=value_l2, value_mode="prox")
         return s.flat.data.clone()
     layout = batched.Layout(s.model, s.flat, ff.qkv.GROUPS, ())
     client = SimpleNamespace(idx=s.client_train[0], gen=gen, correction=None, mask=None)
-    trained = batched.train_chunk(s, layout, opt, x0, [client], anchor_coeff=anchor_coeff, value_l2=value_l2,
+    trained = batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, [client], anchor_coeff=anchor_coeff, value_l2=value_l2,
                                     value_mode="prox")
     return trained[0][0].clone()
 
@@ -90,7 +90,7 @@ def test_fedprox_under_adamw_matches_a_plain_torch_reference_client():
         ref_opt.step()
 
     opt = local.make_optimizer(cfg, s.flat)
-    local.train(s, opt, idx, torch.Generator().manual_seed(3), steps=steps, anchor=s.flat.data.clone(),
+    local.train(s, opt, cfg.lr, idx, torch.Generator().manual_seed(3), steps=steps, anchor=s.flat.data.clone(),
                 anchor_coeff=mu)
     worst = max((p - q).abs().max().item() for p, q in zip(s.model.parameters(), reference.parameters()))
     assert worst <= 1e-6, worst

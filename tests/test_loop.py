@@ -112,7 +112,7 @@ def test_aggregation_weights_by_sample_count():
         opt = local.make_optimizer(cfg, s.flat)
         seed = ff.rng.seed_for("local_batches", cfg.seed, 0, cid)
         torch.manual_seed(seed)
-        local.train(s, opt, s.client_train[cid], torch.Generator().manual_seed(seed), steps=cfg.local_steps,
+        local.train(s, opt, cfg.lr, s.client_train[cid], torch.Generator().manual_seed(seed), steps=cfg.local_steps,
                           anchor=x0)
         deltas.append(s.flat.data - x0)
     w = sizes / sizes.sum()

@@ -24,6 +24,8 @@ from fedfrozen import plots  # noqa: E402
 from fedfrozen import tables as ff_tables  # noqa: E402
 
 NOTEBOOKS = ("03", "04", "05", "06")  # C1, C2, C3, C4
+# one comparison, whichever notebook wrote it: the same measure over the same paired runs gives the same numbers
+SAME = ["measure", "d", "half_width", "n"]
 
 
 def verdicts(profile: str) -> pd.DataFrame:
@@ -40,8 +42,11 @@ def verdicts(profile: str) -> pd.DataFrame:
 
 def readme_family(df: pd.DataFrame) -> pd.DataFrame:
     """Every verdict of 03-06 judged as one family (the README's): the notebook's own Holm columns are replaced by
-    the family's, and each row gets its 95% interval's ends (`low`, `high`: an unresolved row's bound)."""
+    the family's, and each row gets its 95% interval's ends (`low`, `high`: an unresolved row's bound). A comparison
+    two notebooks both make (the same runs: notebook 04's T0 = 25% is notebook 03's FedFrozen − FedAvg) counts once,
+    under the first notebook that makes it (`SAME`)."""
     raw = df.drop(columns=[c for c in ff_tables.ADJUSTED_COLUMNS if c in df.columns])
+    raw = raw.drop_duplicates(subset=SAME, ignore_index=True)
     out = ff_tables.adjust(raw)
     out["low"], out["high"] = out["d"] - out["half_width"], out["d"] + out["half_width"]
     return out

@@ -68,7 +68,6 @@ class FedAdamW(Method):
     # --- per round / client -----------------------------------------------------------------
     def begin_round(self, r: int, sampled: list[int]) -> None:
         super().begin_round(r, sampled)
-        self.base_lr = None
         self.v_sum = torch.zeros_like(self.v_bar)
         self.steps_sum = 0.0
         self.weight: dict[int, float] = {}
@@ -80,10 +79,8 @@ class FedAdamW(Method):
 
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
         super().init_client(r, cid, opt, mask)
-        if self.base_lr is None:
-            self.base_lr = opt.lr  # the round's lr, set by the loop before its first client
         pull = self.gamma / self._steps(cid)
-        opt.configure_client(lr=self.base_lr * (1 - self.gamma), weight_decay=self.cfg.weight_decay / (1 - self.gamma),
+        opt.configure_client(lr_scale=1 - self.gamma, weight_decay=self.cfg.weight_decay / (1 - self.gamma),
                              after_step=(lambda: self.flat.data.add_(self.delta_bar, alpha=pull)) if self.gamma else None)
         if self.shared:
             opt.start_from(self.v_bar[self.tensor_of], self.t)

@@ -57,15 +57,15 @@ class FedLADA(FedAdamW):
 
 
 @torch.no_grad()
-def _adam_coupled(opt) -> None:
+def _adam_coupled(opt, lr: float) -> None:
     """Adam with coupled weight decay (torch.optim.Adam's rule): g <- g + wd x, masked by opt.mask."""
-    b1, b2 = opt.betas
+    b1, b2 = opt.rule.betas
     bc1, bc2 = 1 - b1 ** opt.t, 1 - b2 ** opt.t
     for (p, g, m, v), s in zip(opt.views(), opt.slices):
         g = g.add(p, alpha=LADA_COUPLED_WD) if opt.mask is None else g.addcmul(p, opt.mask[s], value=LADA_COUPLED_WD)
         m.lerp_(g, 1 - b1)
         v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        p.addcdiv_(m, (v.sqrt() / bc2 ** 0.5).add_(opt.eps), value=-opt.lr / bc1)
+        p.addcdiv_(m, (v.sqrt() / bc2 ** 0.5).add_(opt.rule.eps), value=-lr / bc1)
 
 
 @dataclass(frozen=True)
@@ -85,22 +85,22 @@ class FedACT(FedAdamW):
         super().init_client(r, cid, opt, mask)
         K, cfg, opts = self._steps(cid), self.cfg, self.settings
         # η itself (FedAdamW scales it by 1 - γ); the global direction is inside the trust-scaled step
-        opt.configure_client(lr=self.base_lr, weight_decay=cfg.weight_decay, after_step=None,
-                             step_rule=lambda o: _act_step(o, self.delta_bar, K, opts.alpha, opts.tau_min))
+        opt.configure_client(lr_scale=1.0, weight_decay=cfg.weight_decay, after_step=None,
+                             step_rule=lambda o, lr: _act_step(o, lr, self.delta_bar, K, opts.alpha, opts.tau_min))
 
 
 @torch.no_grad()
-def _act_step(opt, delta_bar: torch.Tensor, K: int, alpha: float, tau_min: float) -> None:
-    b1, b2 = opt.betas
+def _act_step(opt, lr: float, delta_bar: torch.Tensor, K: int, alpha: float, tau_min: float) -> None:
+    b1, b2 = opt.rule.betas
     bc1, bc2 = 1 - b1 ** opt.t, 1 - b2 ** opt.t
     parts = []
     for (p, g, m, v), s in zip(opt.views(), opt.slices):
         m.lerp_(g, 1 - b1)
         v.mul_(b2).addcmul_(g, g, value=1 - b2)
         m_hat = m / bc1
-        dG = delta_bar[s] * (-1.0 / (K * opt.lr)) if opt.lr > 0 else torch.zeros_like(m)
-        d = m_hat / (v.sqrt() / bc2 ** 0.5 + opt.eps) + alpha * dG
-        agree = torch.sign(m_hat) * torch.sign(dG) * torch.minimum(torch.ones_like(dG), dG.abs() / (m_hat.abs() + opt.eps))
+        dG = delta_bar[s] * (-1.0 / (K * lr)) if lr > 0 else torch.zeros_like(m)
+        d = m_hat / (v.sqrt() / bc2 ** 0.5 + opt.rule.eps) + alpha * dG
+        agree = torch.sign(m_hat) * torch.sign(dG) * torch.minimum(torch.ones_like(dG), dG.abs() / (m_hat.abs() + opt.rule.eps))
         tau = (0.5 * (1 + agree)).clamp_(tau_min, 1.0)
         trained = None if opt.mask is None else opt.mask[s]
         parts.append((p, d, tau, trained))
@@ -108,7 +108,7 @@ def _act_step(opt, delta_bar: torch.Tensor, K: int, alpha: float, tau_min: float
     count = sum(t.numel() if w is None else float(w.sum()) for _, _, t, w in parts)
     scale = count / total if total > 0 else 1.0  # mean(τ) = 1 over the trained weights
     for p, d, tau, trained in parts:
-        step = tau.mul_(scale).mul_(d).add_(p, alpha=opt.weight_decay)
+        step = tau.mul_(scale).mul_(d).add_(p, alpha=opt.rule.weight_decay)
         if trained is not None:
             step.mul_(trained)
-        p.sub_(step, alpha=opt.lr)
+        p.sub_(step, alpha=lr)
