@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -26,12 +24,6 @@ from . import methods
 from .config import Config, field_type
 from .io import KERNEL_ARGS, THREADS_ENV, notebooks, project_root
 from .profiles import PROFILES
-
-
-def _field_help() -> dict[str, str]:
-    """The trailing comment of each Config field, used as its --help text."""
-    src = inspect.getsource(Config)
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+):[^\n#]*#([^\n]*)$", src, re.M)}
 
 
 def _parse_json(text: str):
@@ -43,11 +35,10 @@ def _parse_json(text: str):
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     """One flag per Config field, generated from the field list and annotations (a new field gets its flag)."""
-    helps = _field_help()
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        doc = f"{helps.get(f.name, '')} (default: {default!r})".replace("%", "%%")  # argparse formats help with %
+        doc = f"{f.metadata['help']} (default: {default!r})".replace("%", "%%")  # argparse formats help with %
         base, elem, _ = field_type(f.name)
         if base is bool:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=doc)

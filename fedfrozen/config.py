@@ -4,26 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import typing
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import methods
 from .data import DATASETS
-from .methods.settings import annotation_type
+from .methods.settings import annotation_type, check_value, setting
 from .partition import PARTITIONS
 from .qkv import GROUPS
 
-__all__ = ["Config", "field_type", "stored_form", "identity", "WHERE_FIELDS"]
+__all__ = ["Config", "field_type", "stored_form", "identity", "WHERE_FIELDS", "FREE_TEXT"]
 
 _HINTS: dict = {}
 # where a run finds its data, not what the run is: left out of its cache key and of the comparison of a stored
 # config with the one asked for (a run cached from notebooks/, whose data root is "../data", is the run asked for
 # from the project root, whose data root is "data"; so is one whose data was downloaded)
 WHERE_FIELDS = ("data_root", "download")
-# thresholds whose limit means something: freeze_tau=inf (every round is a plateau), freeze_rho=inf (never freeze)
-_INFINITY_OK = frozenset({"freeze_tau", "freeze_rho"})
+# free-text fields: no choices or range, only their type (and, in `validate`, that model and init are not empty)
+FREE_TEXT = ("data_root", "model", "init")
 
 
 def field_type(name: str) -> tuple:
@@ -36,94 +35,112 @@ def field_type(name: str) -> tuple:
 
 @dataclass
 class Config:
-    """A federated run. Field comments say what each one means; defaults train vit_digits.
+    """A federated run. Each field is declared once, in its section, with its type, default, help text (the
+    command line's --help) and its range or choices (`setting`; checked by `validate`, whose own lines are only
+    what the fields must satisfy together); defaults train vit_digits.
 
     Methods (docs/methods.md): `method` names a registered method (`fedfrozen methods` lists
     them); `local_objective`, `server_opt` and `freeze_schedule` override its components.
     """
 
-    # data and clients
-    dataset: str = "digits"            # digits | cifar10 | cifar100 | svhn | fashion_mnist
-    data_root: str = "data"            # where torchvision datasets live
-    download: bool = False             # fetch a missing torchvision dataset
-    partition: str = "dirichlet"       # iid | dirichlet | shards | quantity
-    alpha: float = 0.5                 # Dirichlet concentration (label skew; beta for quantity skew)
-    classes_per_client: int = 2        # for partition="shards"
-    n_clients: int = 10                # number of clients N
-    clients_per_round: int | None = None  # |S| sampled per round (None: all clients)
-    participation: str = "uniform"     # full | uniform (clients_per_round drawn each round) | skewed (Bernoulli, below)
-    participation_rate: float = 0.1    # skewed: C, the expected share of clients per round (sum_i p_i = C N)
-    participation_skew: float = 5.0    # skewed: a, a seeded half of the clients is (1 + a)x likelier to join
-    train_subset: int | None = None    # a fixed stratified subset of this many training images (the same for every seed and method); None: all
-    val_fraction: float = 0.1          # training data held out (stratified) for hyperparameter selection
-    client_holdout: float = 0.1        # fraction of each client's data kept for its local accuracy
-    public_fraction: float = 0.0       # training data held out as the server's public split
-    # local training
-    rounds: int = 60                   # communication rounds T
-    local_epochs: int | None = None    # epochs per round (default 1 when local_steps is None)
-    local_steps: int | None = None     # or: a fixed number of local steps K per round
-    batch_size: int = 16
-    optimizer: str = "adamw"           # sgd | adamw (fresh state per client per round)
-    lr: float = 1e-2                   # local learning rate eta (AdamW; see README for the pilot)
-    momentum: float = 0.9              # SGD momentum
-    weight_decay: float = 0.01         # decoupled for AdamW, L2 for SGD
-    lr_schedule: str = "constant"      # constant | cosine (over rounds)
-    lr_warmup_rounds: int = 0          # linear warm-up of the local lr over the first rounds, then the schedule
-    grad_clip: float | None = None     # clip the local gradient norm
-    augment: bool | None = None        # random crop (4-px reflect pad) + flip per batch; None: on for cifar10/cifar100/svhn (no flip for svhn)
-    # model and method
-    model: str = "vit_digits"          # project model or timm name
-    model_kwargs: dict = field(default_factory=dict)  # extra arguments to models.create
-    method: str = "fedavg"             # a registered method (fedfrozen methods lists them)
-    warmup_rounds: int = 15            # T0: stage 2 starts at this round (>= rounds: never)
-    freeze: tuple[str, ...] = ("qk",)            # groups frozen in stage 2 by the fedfrozen presets
-    value_l2: float = 0.0              # lambda of the value penalty (stage 2)
-    value_l2_mode: str = "ridge"       # ridge: lambda/2 ||W_V||^2; prox: lambda/2 ||W_V - W_V^r||^2
-    value_l2_warmup: bool = False      # apply the value penalty in stage 1 too
-    local_objective: str | None = None  # override: plain | prox | scaffold | feddyn
-    server_opt: str | None = None      # override: avg | momentum | adam | yogi | adagrad | feddyn
-    freeze_schedule: str | None = None  # override: none | warmup | start | kernel_plateau | drift_ratio
-    freeze_tau: float = 0.01           # kernel_plateau: relative kernel change below which a round counts as a plateau (inf: every round)
-    freeze_rho: float = 4.0            # drift_ratio: freeze when qk drift exceeds rho times v drift (chosen on the simulator; inf: never)
-    freeze_patience: int = 3           # adaptive schedules: consecutive rounds the condition must hold
-    prox_mu: float = 0.01              # FedProx mu
-    feddyn_alpha: float = 0.01         # FedDyn alpha
-    method_args: dict = field(default_factory=dict)  # the method's own settings, e.g. {"core": 5} for fedsteer (fedfrozen methods --settings)
-    scaffold_variant: str = "auto"     # SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for sgd, else I)
-    server_lr: float | None = None     # eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)
-    server_momentum: float = 0.9       # FedAvgM beta
-    server_beta1: float = 0.9          # FedOpt beta1
-    server_beta2: float = 0.99         # FedOpt beta2
-    server_tau: float = 1e-3           # FedOpt adaptivity tau
-    # starting point
-    init: str = "random"               # random | public (server pre-trains on the public split) | pretrained (on images outside train_subset; fedfrozen.pretrain) | path to a state_dict
-    server_pretrain_epochs: int = 0    # epochs of server pre-training when init="public"
-    pretrain_task: str = "rotation"    # init="pretrained": rotation (self-supervised, fresh head) | classes (the first half of the classes)
-    pretrain_epochs: int = 3           # init="pretrained": epochs over the images outside train_subset
-    pretrain_seed: int = 0             # init="pretrained": the pre-training's seed (same seed, same weights; part of their cache key)
-    # run
-    seed: int = 0
-    device: str = "auto"               # auto | cpu | cuda
-    eval_every: int = 1                # evaluate the global model every k rounds (and at the end)
-    eval_window: int = 0               # also evaluate every one of the last k rounds; late measures use them (0: the last 3 evaluations)
-    amp: bool = False                  # bfloat16 autocast (GPU only)
-    engine: str = "sequential"         # local training: sequential (one client at a time) | batched (vmap over clients) | auto
-    engine_chunk: int | None = None    # batched engine: clients trained at once (None: as many as a memory budget allows)
-    engine_compile: bool = False       # batched engine: torch.compile its step (pays on long runs; benchmarks/engine.py)
+    # --- data and clients ---
+    dataset: str = setting("digits", "digits | cifar10 | cifar100 | svhn | fashion_mnist", choices=DATASETS)
+    data_root: str = setting("data", "where torchvision datasets live")
+    download: bool = setting(False, "fetch a missing torchvision dataset")
+    partition: str = setting("dirichlet", "iid | dirichlet | shards | quantity", choices=PARTITIONS)
+    alpha: float = setting(0.5, "Dirichlet concentration (label skew; beta for quantity skew)", lo=0, lo_open=True)
+    classes_per_client: int = setting(2, 'classes per client for partition="shards"', lo=1)
+    n_clients: int = setting(10, "number of clients N", lo=1)
+    clients_per_round: int | None = setting(None, "|S| sampled per round (None: all clients)", lo=1)
+    participation: str = setting("uniform", "full | uniform (clients_per_round drawn each round) | skewed "
+                                 "(Bernoulli, below)", choices=("full", "uniform", "skewed"))
+    participation_rate: float = setting(0.1, "skewed: C, the expected share of clients per round (sum_i p_i = C N)",
+                                        lo=0, hi=1, lo_open=True)
+    participation_skew: float = setting(5.0, "skewed: a, a seeded half of the clients is (1 + a)x likelier to join",
+                                        lo=0)
+    train_subset: int | None = setting(None, "a fixed stratified subset of this many training images (the same for "
+                                       "every seed and method); None: all", lo=1)
+    val_fraction: float = setting(0.1, "training data held out (stratified) for hyperparameter selection", lo=0, hi=0.5)
+    client_holdout: float = setting(0.1, "fraction of each client's data kept for its local accuracy", lo=0, hi=0.5)
+    public_fraction: float = setting(0.0, "training data held out as the server's public split", lo=0, hi=0.5)
+    # --- local training ---
+    rounds: int = setting(60, "communication rounds T", lo=1)
+    local_epochs: int | None = setting(None, "epochs per round (default 1 when local_steps is None)", lo=1)
+    local_steps: int | None = setting(None, "or: a fixed number of local steps K per round", lo=1)
+    batch_size: int = setting(16, "local batch size", lo=1)
+    optimizer: str = setting("adamw", "sgd | adamw (fresh state per client per round)", choices=("sgd", "adamw"))
+    lr: float = setting(1e-2, "local learning rate eta (the round's, before the schedule)", lo=0, lo_open=True)
+    momentum: float = setting(0.9, "SGD momentum", lo=0, hi=1)
+    weight_decay: float = setting(0.01, "decoupled for AdamW, L2 for SGD", lo=0)
+    lr_schedule: str = setting("constant", "constant | cosine (over rounds)", choices=("constant", "cosine"))
+    lr_warmup_rounds: int = setting(0, "linear warm-up of the local lr over the first rounds, then the schedule", lo=0)
+    grad_clip: float | None = setting(None, "clip the local gradient norm", lo=0, lo_open=True)
+    augment: bool | None = setting(None, "random crop (4-px reflect pad) + flip per batch; None: on for cifar10/"
+                                   "cifar100/svhn (no flip for svhn)")
+    # --- model and method ---
+    model: str = setting("vit_digits", "project model or timm name")
+    model_kwargs: dict = setting(help="extra arguments to models.create", factory=dict)
+    method: str = setting("fedavg", "a registered method (fedfrozen methods lists them)", choices=methods.names)
+    warmup_rounds: int = setting(15, "T0: stage 2 starts at this round (>= rounds: never)", lo=0)
+    freeze: tuple[str, ...] = setting(("qk",), f"groups frozen in stage 2 by the fedfrozen presets ({', '.join(GROUPS)})",
+                                      choices=GROUPS)
+    value_l2: float = setting(0.0, "lambda of the value penalty (stage 2)", lo=0)
+    value_l2_mode: str = setting("ridge", "ridge: lambda/2 ||W_V||^2; prox: lambda/2 ||W_V - W_V^r||^2",
+                                 choices=("ridge", "prox"))
+    value_l2_warmup: bool = setting(False, "apply the value penalty in stage 1 too")
+    local_objective: str | None = setting(None, "override: plain | prox | scaffold | feddyn",
+                                          choices=lambda: tuple(methods.LOCAL_OBJECTIVES))
+    server_opt: str | None = setting(None, "override: avg | momentum | adam | yogi | adagrad | feddyn",
+                                     choices=lambda: tuple(methods.SERVER_OPTIMIZERS))
+    freeze_schedule: str | None = setting(None, "override: none | warmup | start | kernel_plateau | drift_ratio",
+                                          choices=lambda: tuple(methods.FREEZE_SCHEDULES))
+    freeze_tau: float = setting(0.01, "kernel_plateau: relative kernel change below which a round counts as a "
+                                "plateau (inf: every round)", lo=0, inf=True)
+    freeze_rho: float = setting(4.0, "drift_ratio: freeze when qk drift exceeds rho times v drift (chosen on the "
+                                "simulator; inf: never)", lo=0, inf=True)
+    freeze_patience: int = setting(3, "adaptive schedules: consecutive rounds the condition must hold", lo=1)
+    prox_mu: float = setting(0.01, "FedProx mu", lo=0)
+    feddyn_alpha: float = setting(0.01, "FedDyn alpha", lo=0, lo_open=True)
+    method_args: dict = setting(help='the method\'s own settings, e.g. {"core": 5} for fedsteer (fedfrozen methods '
+                                "--settings)", factory=dict)
+    scaffold_variant: str = setting("auto", "SCAFFOLD control variates: gradient (option I) | update (option II) | "
+                                    "auto (II for sgd, else I)", choices=lambda: tuple(methods.SCAFFOLD_VARIANTS))
+    # --- server optimiser ---
+    server_lr: float | None = setting(None, "eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)", lo=0,
+                                      lo_open=True)
+    server_momentum: float = setting(0.9, "FedAvgM beta", lo=0, hi=1)
+    server_beta1: float = setting(0.9, "FedOpt beta1", lo=0, hi=1)
+    server_beta2: float = setting(0.99, "FedOpt beta2", lo=0, hi=1)
+    server_tau: float = setting(1e-3, "FedOpt adaptivity tau", lo=0, lo_open=True)
+    # --- starting point ---
+    init: str = setting("random", "random | public (server pre-trains on the public split) | pretrained (on images "
+                        "outside train_subset; fedfrozen.pretrain) | path to a state_dict")
+    server_pretrain_epochs: int = setting(0, 'epochs of server pre-training when init="public"', lo=0)
+    pretrain_task: str = setting("rotation", 'init="pretrained": rotation (self-supervised, fresh head) | classes '
+                                 "(the first half of the classes)", choices=("rotation", "classes"))
+    pretrain_epochs: int = setting(3, 'init="pretrained": epochs over the images outside train_subset', lo=1)
+    pretrain_seed: int = setting(0, 'init="pretrained": the pre-training\'s seed (same seed, same weights; part of '
+                                 "their cache key)", lo=0)
+    # --- run ---
+    seed: int = setting(0, "the seed of every random choice of the run", lo=0)
+    device: str = setting("auto", "auto | cpu | cuda", choices=("auto", "cpu", "cuda"))
+    eval_every: int = setting(1, "evaluate the global model every k rounds (and at the end)", lo=1)
+    eval_window: int = setting(0, "also evaluate every one of the last k rounds; late measures use them (0: the last "
+                               "3 evaluations)", lo=0)
+    amp: bool = setting(False, "bfloat16 autocast (GPU only)")
+    engine: str = setting("sequential", "local training: sequential (one client at a time) | batched (vmap over "
+                          "clients) | auto", choices=("sequential", "batched", "auto"))
+    engine_chunk: int | None = setting(None, "batched engine: clients trained at once (None: as many as a memory "
+                                       "budget allows)", lo=1)
+    engine_compile: bool = setting(False, "batched engine: torch.compile its step (pays on long runs; "
+                                   "benchmarks/engine.py)")
 
     def __post_init__(self):
         if isinstance(self.freeze, str):  # freeze="qk" names one group (not the groups "q" and "k")
             self.freeze = (self.freeze,)
-        self._check_types()
-        # one run, one value (and one cache key): ints given for float fields become floats, lists tuples,
-        # clients_per_round = n_clients is "all clients"
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if field_type(f.name)[0] is float and isinstance(value, int) and not isinstance(value, bool):
-                setattr(self, f.name, float(value))
-        self.freeze = tuple(self.freeze)
+        self._check_fields()  # one run, one value (and one cache key): ints of float fields floats, lists tuples
         if self.clients_per_round is not None and self.clients_per_round == self.n_clients:
-            self.clients_per_round = None
+            self.clients_per_round = None  # "all clients"
         if self.local_epochs is None and self.local_steps is None:
             self.local_epochs = 1
         self.validate()
@@ -143,77 +160,20 @@ class Config:
             return self.__dict__.get("method_args", {}).get(setting, own.fields()[setting].default)
         return owner.fields()[setting].default
 
-    def _check_types(self) -> None:
-        """Every field against its annotation (generated from the field list: a new field is covered too):
-        booleans are True/False (not "false"), numbers are finite numbers, strings strings, None only where the
-        annotation allows it."""
+    def _check_fields(self) -> None:
+        """Every field by its own declaration (`setting`: type, range, choices; methods/settings.check_value), its
+        value normalised; the error names the field ("lr must be ...")."""
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            base, elem, optional = field_type(f.name)
-            if value is None:
-                if not optional:
-                    raise ValueError(f"{f.name} must not be None")
-                continue
-            if base is bool:
-                ok = isinstance(value, bool)
-                want = "True or False"
-            elif base is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-                want = "an integer"
-            elif base is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                    math.isfinite(value) or f.name in _INFINITY_OK and value == math.inf)
-                want = "a finite number" + (" or inf" if f.name in _INFINITY_OK else "")
-            elif base is str:
-                ok = isinstance(value, str)
-                want = "a string"
-            elif base is dict:
-                ok = isinstance(value, dict)
-                want = "a dict (e.g. a JSON object)"
-            elif base is tuple:
-                ok = isinstance(value, (tuple, list)) and all(
-                    isinstance(v, elem) and not (elem is int and isinstance(v, bool)) for v in value)
-                want = f"a list of {elem.__name__}s"
-            else:  # pragma: no cover - a new annotation kind needs a rule here
-                raise TypeError(f"Config field {f.name}: no type rule for {base!r}")
-            if not ok:
-                raise ValueError(f"{f.name} must be {want}; got {value!r} ({type(value).__name__})")
+            setattr(self, f.name, check_value(f.name, field_type(f.name), f.metadata, getattr(self, f.name)))
 
     # --- validation -----------------------------------------------------------------------
     def validate(self) -> None:
-        self._check_types()
-        def choice(name, allowed):
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
-
-        # types (and None) were checked from the annotations by _check_types: these are the ranges
-        def integer(name, lo):
-            value = getattr(self, name)
-            if value is not None and value < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}; got {value!r}")
-
-        def number(name, lo, hi=float("inf"), lo_open=False):
-            value = getattr(self, name)
-            if value is None:
-                return
-            if (value <= lo if lo_open else value < lo) or value > hi:
-                bound = f"> {lo}" if lo_open else f">= {lo}"
-                raise ValueError(f"{name} must be {bound}" + (f" and <= {hi}" if hi < float("inf") else "")
-                                 + f"; got {value!r}")
-
-        choice("dataset", DATASETS)
-        choice("partition", PARTITIONS)
-        number("alpha", 0, lo_open=True)
-        integer("classes_per_client", 1)
-        integer("n_clients", 1)
-        integer("clients_per_round", 1)
+        """Each field by its declaration (`_check_fields`), then what the fields must satisfy together; then the
+        method's own checks (its settings, its components' compatibility)."""
+        self._check_fields()
         if self.clients_per_round is not None and self.clients_per_round > self.n_clients:
             raise ValueError(f"clients_per_round ({self.clients_per_round}) must not exceed "
                              f"n_clients ({self.n_clients})")
-        choice("participation", ("full", "uniform", "skewed"))
-        number("participation_rate", 0, 1, lo_open=True)
-        number("participation_skew", 0)
         if self.participation == "full" and self.clients_per_round not in (None, self.n_clients):
             raise ValueError(f"participation='full' trains every client each round; clients_per_round "
                              f"({self.clients_per_round}) is for participation='uniform'")
@@ -223,69 +183,21 @@ class Config:
                 raise ValueError(f"participation='skewed': the likelier clients would join with probability "
                                  f"{p_max:.3g} > 1 (participation_rate {self.participation_rate}, participation_skew "
                                  f"{self.participation_skew}); lower one of them")
-        number("val_fraction", 0, 0.5)
-        if self.train_subset is not None and self.train_subset < 1:
-            raise ValueError(f"train_subset must be a positive number of images or None; got {self.train_subset!r}")
-        number("client_holdout", 0, 0.5)
-        number("public_fraction", 0, 0.5)
-        integer("rounds", 1)
         if self.local_epochs is not None and self.local_steps is not None:
             raise ValueError("give exactly one of local_epochs and local_steps, not both")
-        integer("local_epochs", 1)
-        integer("local_steps", 1)
-        integer("batch_size", 1)
-        choice("optimizer", ("sgd", "adamw"))
-        number("lr", 0, lo_open=True)
-        number("momentum", 0, 1)
-        number("weight_decay", 0)
-        choice("lr_schedule", ("constant", "cosine"))
-        integer("lr_warmup_rounds", 0)
         if self.lr_warmup_rounds >= self.rounds and self.lr_warmup_rounds:
             raise ValueError(f"lr_warmup_rounds ({self.lr_warmup_rounds}) must be below rounds ({self.rounds})")
-        number("grad_clip", 0, lo_open=True)
         if not self.model:
             raise ValueError(f"model must be a model name; got {self.model!r}")
-        choice("method", methods.names())
-        integer("warmup_rounds", 0)
-        unknown = [g for g in self.freeze if g not in GROUPS]
-        if unknown or not self.freeze:
+        if not self.freeze:
             raise ValueError(f"freeze must name one or more groups of {', '.join(GROUPS)}; got {self.freeze!r}")
-        number("value_l2", 0)
-        choice("value_l2_mode", ("ridge", "prox"))
-        if self.local_objective is not None:
-            choice("local_objective", tuple(methods.LOCAL_OBJECTIVES))
-        if self.server_opt is not None:
-            choice("server_opt", methods.SERVER_OPTIMIZERS)
-        if self.freeze_schedule is not None:
-            choice("freeze_schedule", tuple(methods.FREEZE_SCHEDULES))
-        choice("scaffold_variant", methods.SCAFFOLD_VARIANTS)
-        number("freeze_tau", 0)
-        number("freeze_rho", 0)
-        integer("freeze_patience", 1)
-        number("prox_mu", 0)
-        number("feddyn_alpha", 0, lo_open=True)
-        number("server_lr", 0, lo_open=True)
-        number("server_momentum", 0, 1)
-        number("server_beta1", 0, 1)
-        number("server_beta2", 0, 1)
-        number("server_tau", 0, lo_open=True)
         if not self.init:
-            raise ValueError(f"init must be 'random', 'public' or a path; got {self.init!r}")
-        integer("server_pretrain_epochs", 0)
+            raise ValueError(f"init must be 'random', 'public', 'pretrained' or a path; got {self.init!r}")
         if self.init == "public" and (self.public_fraction <= 0 or self.server_pretrain_epochs < 1):
             raise ValueError("init='public' needs public_fraction > 0 and server_pretrain_epochs >= 1")
-        choice("pretrain_task", ("rotation", "classes"))
-        integer("pretrain_epochs", 1)
-        integer("pretrain_seed", 0)
         if self.init == "pretrained" and self.train_subset is None:
             raise ValueError("init='pretrained' pre-trains on training images no client holds: set train_subset to "
                              "the federation's share of the training split (the rest is the server's)")
-        integer("seed", 0)
-        choice("device", ("auto", "cpu", "cuda"))
-        integer("eval_every", 1)
-        integer("eval_window", 0)  # a window longer than the run is the whole run, evaluated every round
-        choice("engine", ("sequential", "batched", "auto"))
-        integer("engine_chunk", 1)
         methods.build(self)  # the method's own checks: its settings (method_args), component compatibility
 
     def warnings(self) -> list[str]:

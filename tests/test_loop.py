@@ -221,7 +221,7 @@ def test_client_splits_are_disjoint_and_cover_the_pool():
     (dict(clients_per_round=5), "clients_per_round"),
     (dict(method="fedmagic"), "method must be one of fedavg"),
     (dict(dataset="imagenet"), "dataset must be one of digits"),
-    (dict(freeze=("keys",)), "freeze must name"),
+    (dict(freeze=("keys",)), "freeze must be one of qk"),
     (dict(alpha=-0.1), "alpha"),
     (dict(lr=0), "lr"),
     (dict(partition="zipf"), "partition"),

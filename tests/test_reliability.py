@@ -48,6 +48,23 @@ def test_every_field_refuses_a_bad_value_by_name(name, value):
         ff.Config(**{name: value})
 
 
+def test_every_field_is_declared_with_its_help_and_its_check():
+    """Config's fields are declared once (methods/settings.setting): a help text (the CLI's --help) and, beyond
+    the type, a range for every number and choices for every string but the free-text ones."""
+    from fedfrozen.config import FREE_TEXT
+
+    for f in dataclasses.fields(ff.Config):
+        meta, (base, elem, _) = f.metadata, field_type(f.name)
+        assert meta.get("help"), f"{f.name} has no help text"
+        if base in (int, float):
+            assert meta["lo"] is not None or meta["hi"] is not None, f"{f.name} has no range"
+        if base is str or elem is str:
+            assert meta["choices"] is not None or f.name in FREE_TEXT, f"{f.name} has no choices"
+    assert set(FREE_TEXT) <= {f.name for f in dataclasses.fields(ff.Config)}
+    run_help = cli.build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "bfloat16 autocast (GPU only)" in run_help  # --amp's help is its declared text
+
+
 def test_a_config_changed_after_creation_is_checked_again_before_any_work(monkeypatch):
     cfg = tiny_config()
     cfg.lr = math.nan

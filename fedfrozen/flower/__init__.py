@@ -24,20 +24,25 @@ Every registered method runs here; a plugin whose client-side hooks need state i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from ..config import Config
+from ..config import Config, field_type
 from ..methods import build
 
 __all__ = ["config_from_run", "check_supported", "RUN_CONFIG_FIELDS", "simulate", "simulate_many"]
 
-# run-config key (pyproject [tool.flwr.app.config], `flwr run --run-config`) -> Config field
-RUN_CONFIG_FIELDS = {
-    "method": "method", "rounds": "rounds", "warmup-rounds": "warmup_rounds", "value-l2": "value_l2",
-    "alpha": "alpha", "partition": "partition", "num-clients": "n_clients", "clients-per-round": "clients_per_round",
-    "local-epochs": "local_epochs", "local-steps": "local_steps", "batch-size": "batch_size", "lr": "lr",
-    "prox-mu": "prox_mu", "seed": "seed", "dataset": "dataset", "model": "model", "eval-every": "eval_every",
-}
+
+def _run_config_fields() -> dict:
+    """run-config key (pyproject [tool.flwr.app.config], `flwr run --run-config`) -> Config field: every field a
+    TOML scalar can hold, its name with dashes (`warmup-rounds`), and Flower's usual `num-clients` for n_clients.
+    A dict or list field goes in `fedfrozen-config` (the whole Config as JSON)."""
+    keys = {f.name.replace("_", "-"): f.name for f in dataclasses.fields(Config)
+            if field_type(f.name)[0] in (bool, int, float, str)}
+    return {**keys, "num-clients": "n_clients"}
+
+
+RUN_CONFIG_FIELDS = _run_config_fields()
 
 def check_supported(cfg: Config) -> None:
     """A clear error for a method the Flower apps do not run (Method.cannot_run("flower")), before any node
@@ -49,14 +54,15 @@ def check_supported(cfg: Config) -> None:
 
 def config_from_run(run_config: dict) -> Config:
     """The Config of a Flower run: `fedfrozen-config` (a whole Config as JSON) when given, else the named
-    keys (RUN_CONFIG_FIELDS; Flower fills the ones not given from pyproject.toml's defaults)."""
+    keys (RUN_CONFIG_FIELDS: any Config field by its dashed name; Flower fills the ones not given from
+    pyproject.toml's defaults)."""
     if run_config.get("fedfrozen-config"):
         return Config.from_dict(json.loads(run_config["fedfrozen-config"]))
     base = {}
     for key, field in RUN_CONFIG_FIELDS.items():
         value = run_config.get(key, "")
-        if value == "" or (key in ("local-steps", "clients-per-round") and value == 0):
-            continue  # unset
+        if value == "" or (value == 0 and field_type(field)[2] and field_type(field)[0] is int):
+            continue  # unset: TOML has no None, so "" (and 0 for an optional count, e.g. local-steps) means it
         base[field] = value
     if base.get("local_steps"):
         base["local_epochs"] = None

@@ -25,14 +25,20 @@ import typing
 from dataclasses import dataclass
 from typing import ClassVar
 
-__all__ = ["Settings", "setting", "spec", "flat_name", "annotation_type"]
+__all__ = ["Settings", "setting", "check_value", "spec", "flat_name", "annotation_type"]
 
 
-def setting(default, help: str, *, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False,
-            choices: tuple | None = None):
-    """A settings field: its default, one line of help (the flag's --help), and its range or choices (checked
-    by Settings.create, with an error naming the method and the setting)."""
-    meta = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "choices": choices}
+def setting(default=dataclasses.MISSING, help: str = "", *, factory=None, lo=None, hi=None, lo_open: bool = False,
+            hi_open: bool = False, choices=None, inf: bool = False):
+    """A field declared once: its default (or `factory` for a dict), one line of help (the flag's --help), and its
+    range (`lo`, `hi`, open or closed), `choices` (a tuple, or a function giving one: a registry that plugins
+    extend) or `inf` (a float whose limit means something). Checked by `check_value`: a method's settings by
+    Settings.create, Config's fields by Config.validate."""
+    if not help:
+        raise TypeError("a setting needs its help text")
+    meta = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "choices": choices, "inf": inf}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
     if isinstance(default, (list, dict, set)):
         raise TypeError("a setting's default must be immutable (a tuple, not a list)")
     return dataclasses.field(default=default, metadata=meta)
@@ -101,37 +107,48 @@ class Settings:
 
 
 def _check(cls, method: str, name: str, f, value):
-    """`value` for field `f` of `cls`, normalised (ints of float fields become floats, lists tuples), or a
-    ValueError naming method_args[name]."""
-    base, elem, optional = _type(cls, f.name)
-    where = f"method_args[{name!r}] of method {method!r}"
-    meta = f.metadata
+    """`value` for field `f` of `cls`, normalised, or a ValueError naming method_args[name] (`check_value`)."""
+    return check_value(f"method_args[{name!r}] of method {method!r}", _type(cls, f.name), f.metadata, value)
+
+
+def check_value(where: str, kind: tuple, meta, value):
+    """`value` checked against its annotation `kind` ((base, element, optional): `annotation_type`) and its
+    field's `setting` metadata, normalised (ints of float fields become floats, lists tuples); else a ValueError
+    that starts with `where` ("{where} must ..."). The one checker of Config's fields and of every method's."""
+    base, elem, optional = kind
     if value is None:
         if not optional:
             raise ValueError(f"{where} must not be None")
         return None
+    inf = bool(meta.get("inf"))
     if base is bool:
         ok, want = isinstance(value, bool), "True or False"
     elif base is int:
         ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
     elif base is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        want = "a finite number"
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            math.isfinite(value) or inf and value == math.inf)
+        want = "a finite number" + (" or inf" if inf else "")
         value = float(value) if ok else value
     elif base is str:
         ok, want = isinstance(value, str), "a string"
+    elif base is dict:
+        ok, want = isinstance(value, dict), "a dict (e.g. a JSON object)"
     elif base is tuple:
         ok = isinstance(value, (tuple, list)) and all(
             isinstance(v, elem) and not (elem is int and isinstance(v, bool)) for v in value)
         want = f"a list of {elem.__name__}s"
         value = tuple(value) if ok else value
     else:  # pragma: no cover - a new annotation kind needs a rule here
-        raise TypeError(f"{cls.__name__}.{f.name}: no type rule for {base!r}")
+        raise TypeError(f"{where}: no type rule for {base!r}")
     if not ok:
         raise ValueError(f"{where} must be {want}; got {value!r} ({type(value).__name__})")
-    if meta.get("choices") is not None and value not in meta["choices"]:
-        raise ValueError(f"{where} must be one of {', '.join(map(str, meta['choices']))}; got {value!r}")
+    choices = meta.get("choices")
+    choices = choices() if callable(choices) else choices
     items = value if base is tuple else (value,)
+    if choices is not None and any(v not in choices for v in items):
+        raise ValueError(f"{where} must be one of {', '.join(map(str, choices))}" + (" (each)" if base is tuple else "")
+                         + f"; got {value!r}")
     lo, hi = meta.get("lo"), meta.get("hi")
     for v in items:
         if lo is not None and (v <= lo if meta["lo_open"] else v < lo) or hi is not None and (
