@@ -8,7 +8,7 @@ adds the local objective's terms row by row, and the update rules of `fedfrozen.
 rows with a handful of vector ops. Frozen groups are not stacked: one shared copy, no gradient.
 
 Exactly the sequential engine's training (tests/test_batched.py: weights within 1e-5):
-- each client's batches and augmentation come from `fedfrozen.local.plan` with the same seeded
+- each client's batches and augmentation come from `fedfrozen.local.draw_batches` with the same seeded
   generator;
 - clients do unequal numbers of steps (Dirichlet clients differ 10x in size). The chunk is sorted
   by steps, longest first, so at step k the clients still training are a prefix of the stack:
@@ -36,9 +36,9 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from . import augment
 from .flat import UpdateRule, merged_slices
-from .local import autocast, grad_terms, plan
+from .local import autocast, draw_batches, grad_terms
 
-__all__ = ["Layout", "unsupported", "train_chunk", "chunk_size", "MEMORY_BUDGET"]
+__all__ = ["EntryMap", "unsupported", "train_chunk", "chunk_size", "MEMORY_BUDGET"]
 
 MEMORY_BUDGET = {"cpu": 2 << 30, "cuda": 16 << 30}  # bytes one chunk may use, by device type
 
@@ -56,7 +56,7 @@ def unsupported(method, model: nn.Module) -> str | None:
     return None
 
 
-class Layout:
+class EntryMap:
     """Where each parameter lives in the stacked trainable entries or the shared frozen ones, for one stage."""
 
     def __init__(self, model: nn.Module, flat, trainable_groups, frozen_groups):
@@ -101,7 +101,7 @@ class Layout:
             offset += n
 
 
-def chunk_size(cfg, layout: Layout, model: nn.Module, setup, n: int) -> int:
+def chunk_size(cfg, layout: EntryMap, model: nn.Module, setup, n: int) -> int:
     """Clients per chunk: cfg.engine_chunk, or as many as fit MEMORY_BUDGET (estimate: the stacked
     weights, gradients and optimiser state, and the activations of one batch, per client)."""
     if cfg.engine_chunk:
@@ -136,7 +136,7 @@ def _activation_bytes(model: nn.Module, setup) -> int:
 _STEPS: dict = {}  # architecture and layout -> the (compiled) vmapped step, shared by the runs of a process
 
 
-def _step(model: nn.Module, layout: Layout, amp: bool, compile: bool):
+def _step(model: nn.Module, layout: EntryMap, amp: bool, compile: bool):
     """`step(W, frozen, buffers, x, y, w) -> (G, loss)`: every stacked client's weighted-mean loss on its own
     batch and its gradient in the trainable layout, for weights W (clients, trainable entries).
 
@@ -207,7 +207,7 @@ def _client_batches(order, sizes, B: int):
     return pos, valid
 
 
-def train_chunk(setup, layout: Layout, rule: UpdateRule, lr: float, x_global: torch.Tensor, clients: list, *,
+def train_chunk(setup, layout: EntryMap, rule: UpdateRule, lr: float, x_global: torch.Tensor, clients: list, *,
                 anchor_coeff=0.0, value_l2=0.0, value_mode="ridge") -> list[tuple[torch.Tensor, torch.Tensor, int]]:
     """Train `clients` (objects with idx, gen, correction, mask: fedfrozen.round.ClientWork) from x_global at once,
     each step by `rule` (the sequential engine's, fedfrozen.flat.UpdateRule) at rate `lr`. Returns, per client in
@@ -215,7 +215,7 @@ def train_chunk(setup, layout: Layout, rule: UpdateRule, lr: float, x_global: to
     """
     cfg, model, device = setup.cfg, setup.model, setup.device
     n = len(clients)
-    plans = [plan(setup, c.idx, c.gen, cfg.local_epochs, cfg.local_steps) for c in clients]
+    plans = [draw_batches(setup, c.idx, c.gen, cfg.local_epochs, cfg.local_steps) for c in clients]
     steps = [len(p[1]) for p in plans]
     rank = sorted(range(n), key=lambda i: -steps[i])  # stable: longest first, ties in the given order
     K = steps[rank[0]]
@@ -286,7 +286,7 @@ def train_chunk(setup, layout: Layout, rule: UpdateRule, lr: float, x_global: to
     return out
 
 
-def _frozen_sq(layout: Layout, x_global, corrections, masks, value_l2, value_mode) -> torch.Tensor:
+def _frozen_sq(layout: EntryMap, x_global, corrections, masks, value_l2, value_mode) -> torch.Tensor:
     """Per client, the squared norm of the gradient terms on frozen entries (constant over its steps: the
     frozen weights do not move), which the sequential engine's clipping norm includes."""
     rows = []

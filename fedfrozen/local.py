@@ -1,7 +1,7 @@
 """Local training of one client on the resident model: the sequential engine, and what both engines share.
 
 Both engines (this one, and the batched one of fedfrozen.batched) draw a client's batches and
-augmentation with `plan`, add the local objective's gradient terms with `grad_terms`, and step
+augmentation with `draw_batches`, add the local objective's gradient terms with `grad_terms`, and step
 with the update rules of fedfrozen.flat, so they differ only in how many clients one forward and
 backward pass serves.
 """
@@ -17,7 +17,7 @@ from . import augment
 from .flat import FlatOptimizer, FlatParams, merged_slices
 from .qkv import GROUPS
 
-__all__ = ["make_optimizer", "batches", "plan", "autocast", "grad_terms", "train"]
+__all__ = ["make_optimizer", "batches", "draw_batches", "autocast", "grad_terms", "train"]
 
 
 def make_optimizer(cfg, flat: FlatParams, groups=GROUPS) -> FlatOptimizer:
@@ -36,7 +36,7 @@ def batches(n: int, cfg, gen: torch.Generator, epochs: int | None, steps: int | 
     return [seq[i * B:(i + 1) * B] for i in range(steps)]
 
 
-def plan(setup, idx: torch.Tensor, gen: torch.Generator, epochs=None, steps=None):
+def draw_batches(setup, idx: torch.Tensor, gen: torch.Generator, epochs=None, steps=None):
     """A client's local work: (sample order on the device, batch sizes, augmentation parameters or None).
 
     The batch order is drawn from `gen` first, then (with augmentation on) every sample's crop and
@@ -103,7 +103,7 @@ def train(setup, opt, lr: float, idx: torch.Tensor, gen: torch.Generator, *, epo
     model.train()
     loss_sum = torch.zeros((), device=setup.device)
     vs = flat.group_slice("v")
-    order, sizes, aug = plan(setup, idx, gen, epochs, steps)
+    order, sizes, aug = draw_batches(setup, idx, gen, epochs, steps)
     aug = aug.split(sizes) if aug is not None else [None] * len(sizes)
     for b, a in zip(torch.split(order, sizes), aug):
         flat.zero_grad()

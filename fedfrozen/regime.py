@@ -9,9 +9,9 @@ the one rule of `fedfrozen.tables` (PAIRED_RULE), then with the map's other cell
 FAMILY_RULE): better, worse, or no difference resolved.
 
     cells = regime.grid("coarse")                     # or "full", or regime.grid(alphas=..., ...)
-    plan = regime.plan(cells, base, seeds)            # one Config per run: FedAvg baselines + FedFrozen cells
-    runs = regime.summarise(plan, ff.run_many([p.cfg for p in plan]))
-    table = regime.regime_map(runs, "late_acc")       # one row per cell: gap, half_width, verdict, verdict_holm
+    runs = regime.build_runs(cells, base, seeds)      # one Config per run: FedAvg baselines + FedFrozen cells
+    table = regime.summarise(runs, ff.run_many([r.cfg for r in runs]))
+    cell_map = regime.regime_map(table, "late_acc")   # one row per cell: gap, half_width, verdict, verdict_holm
 
 The regimes of notebooks 03-06 (REGIMES) are named sets of Config fields over a profile: a pretrained start, a
 constant rate, five local epochs, and their products with a pretrained start.
@@ -27,7 +27,7 @@ from .profiles import PRETRAINED_START, REGIMES, regime_fields, regime_learning_
 from .tables import UNRESOLVED, compare_runs
 from .tables import summarise as summarise_runs
 
-__all__ = ["Cell", "Run", "MEASURES", "GRIDS", "STARTS", "REGIMES", "grid", "plan", "summarise", "regime_map",
+__all__ = ["Cell", "Run", "MEASURES", "GRIDS", "STARTS", "REGIMES", "grid", "build_runs", "summarise", "regime_map",
            "start_fields", "regime_fields", "regime_name", "selected_lrs"]
 
 # measure -> (label, higher is better)
@@ -65,7 +65,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Run:
-    """One run of a plan: its Config, its arm ("fedavg" or "fedfrozen") and the cell's coordinates."""
+    """One run of a grid: its Config, its arm ("fedavg" or "fedfrozen") and the cell's coordinates."""
 
     cfg: Config
     arm: str
@@ -143,14 +143,14 @@ def regime_name(cell: Cell) -> str:
 
 
 def selected_lrs(profile: str, dataset: str = "digits"):
-    """`lrs` for `plan`: each method at the rate selected for its cell's regime (profiles.regime_learning_rates;
+    """`lrs` for `build_runs`: each method at the rate selected for its cell's regime (profiles.regime_learning_rates;
     the profile's own rates for the scratch regime)."""
     def lr(method: str, cell: Cell) -> float:
         return regime_learning_rates(regime_name(cell), [method], profile=profile, dataset=dataset)[method]
     return lr
 
 
-def plan(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "fedavg", lrs=None) -> list[Run]:
+def build_runs(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "fedavg", lrs=None) -> list[Run]:
     """The runs of a map: for each (alpha, local work, start, schedule) of `cells` the baseline over `seeds`,
     and for each cell `method` with T0 = round(fraction * rounds). `base` holds the other Config fields
     (a profile's, with `rounds`); `lrs` the local lr of each method (else base's lr): a dict {method: lr}, or
@@ -182,7 +182,7 @@ def plan(cells, base: dict, seeds, method: str = "fedfrozen", baseline: str = "f
 
 
 def summarise(runs, hists, last: int = 3):
-    """tables.summarise of the runs (one row each) with the plan's columns: arm, start, fraction."""
+    """tables.summarise of the runs (one row each) with the runs' columns: arm, start, fraction."""
     runs = list(runs)
     df = summarise_runs([r.cfg for r in runs], hists, last=last)
     df["arm"] = [r.arm for r in runs]

@@ -210,7 +210,7 @@ class LocalTraining:
             qkv.freeze(s.model, *frozen)
         trainable = [g for g in qkv.GROUPS if g not in frozen]
         self.opt = local.make_optimizer(s.cfg, s.flat, trainable)
-        self.layout = batched.Layout(s.model, s.flat, trainable, frozen) if self.use_batched else None
+        self.layout = batched.EntryMap(s.model, s.flat, trainable, frozen) if self.use_batched else None
 
     def _prepare(self, plan: Plan, cid: int, j: int, x: torch.Tensor) -> ClientWork:
         """The hooks before client `cid` trains; the model holds the global weights, the optimiser a fresh state."""

@@ -54,7 +54,7 @@ def _one_step(cfg, anchor_coeff, value_l2=0.0, engine="sequential"):
         local.train(s, opt, cfg.lr, s.client_train[0], gen, steps=1, anchor=x0, anchor_coeff=anchor_coeff,
                     value_l2=value_l2, value_mode="prox")
         return s.flat.data.clone()
-    layout = batched.Layout(s.model, s.flat, ff.qkv.GROUPS, ())
+    layout = batched.EntryMap(s.model, s.flat, ff.qkv.GROUPS, ())
     client = SimpleNamespace(idx=s.client_train[0], gen=gen, correction=None, mask=None)
     trained = batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, [client], anchor_coeff=anchor_coeff, value_l2=value_l2,
                                     value_mode="prox")
@@ -80,7 +80,7 @@ def test_fedprox_under_adamw_matches_a_plain_torch_reference_client():
     anchor = [p.detach().clone() for p in reference.parameters()]
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     idx = s.client_train[0]
-    order, sizes, _ = local.plan(s, idx, torch.Generator().manual_seed(3), steps=steps)
+    order, sizes, _ = local.draw_batches(s, idx, torch.Generator().manual_seed(3), steps=steps)
     reference.train()
     for b in torch.split(order, sizes):
         ref_opt.zero_grad()

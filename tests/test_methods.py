@@ -75,11 +75,11 @@ def test_scaffold_control_variates_start_at_zero_and_use_s_over_n():
 
 def test_feddyn_and_components_compose():
     m = M.build(tiny_config(method="fedfrozen", server_opt="yogi", local_objective="prox"))
-    assert (m.local.name, m.server.kind, m.frozen_groups_all, m.freeze_at) == ("prox", "yogi", ("qk",), 1)
+    assert (m.local.name, m.server.kind, m.groups_to_freeze, m.freeze_at) == ("prox", "yogi", ("qk",), 1)
     m = M.build(tiny_config(method="fedavg", freeze_schedule="warmup", freeze=("v",)))
-    assert m.frozen_groups_all == ("v",) and m.freeze_at == 1
+    assert m.groups_to_freeze == ("v",) and m.freeze_at == 1
     assert M.build(tiny_config(method="freeze_kernel_at_init")).freeze_at == 0
-    assert "head" not in M.build(tiny_config(method="freeze_body")).frozen_groups_all
+    assert "head" not in M.build(tiny_config(method="freeze_body")).groups_to_freeze
     with pytest.raises(ValueError, match="feddyn"):
         tiny_config(method="fedavg", local_objective="feddyn")
 

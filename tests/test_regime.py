@@ -53,7 +53,7 @@ def test_plan_has_one_baseline_per_setting_and_t0_from_the_fraction():
     cells = regime.grid(alphas=(0.1, 1.0), local_epochs=(1,), fractions=(0.25, 0.5), starts=("scratch",)) + \
         [regime.Cell(0.1, 1, "warm", 0.5)]
     base = dict(dataset="digits", rounds=40, eval_every=5)
-    runs = regime.plan(cells, base, seeds=[0, 1], lrs={"fedavg": 3e-2, "fedfrozen": 1e-2})
+    runs = regime.build_runs(cells, base, seeds=[0, 1], lrs={"fedavg": 3e-2, "fedfrozen": 1e-2})
     fedavg = [r for r in runs if r.arm == "fedavg"]
     frozen = [r for r in runs if r.arm == "fedfrozen"]
     assert len(fedavg) == 3 * 2 and len(frozen) == 5 * 2
@@ -112,7 +112,7 @@ def test_map_end_to_end_on_a_tiny_federation(tmp_path):
 
     base = tiny_config(rounds=4, n_clients=4).to_dict()
     cells = regime.grid(alphas=(0.5,), local_epochs=(1,), fractions=(0.5,), starts=("scratch", "warm"))
-    runs = regime.plan(cells, base, seeds=[0])
+    runs = regime.build_runs(cells, base, seeds=[0])
     hists = ff.run_many([r.cfg for r in runs], root=tmp_path, progress=False, workers=1)
     df = regime.summarise(runs, hists)
     assert list(df["T0"]) == [4, 2, 4, 2]
@@ -154,7 +154,7 @@ def test_schedule_axis_gives_its_own_baseline_and_lr_per_cell():
     def lrs(method, cell):
         return {("scratch", None): 1e-2, ("scratch", "constant"): 3e-3}.get((cell.start, cell.schedule), 1e-3)
 
-    runs = regime.plan(cells, base, seeds=[0], lrs=lrs)
+    runs = regime.build_runs(cells, base, seeds=[0], lrs=lrs)
     assert len(runs) == 4 * 2  # a FedAvg baseline and a FedFrozen arm per (start, schedule)
     got = {(r.start, r.cfg.lr_schedule, r.arm): (r.cfg.init, r.cfg.lr) for r in runs}
     assert got[("scratch", "cosine", "fedavg")] == ("random", 1e-2)  # None keeps the profile's schedule
@@ -194,7 +194,7 @@ def test_the_map_and_notebook_03_build_the_same_runs():
     from fedfrozen.experiments import config_key
 
     base = ff.profiles.federated("cpu")
-    runs = regime.plan(regime.grid("regimes"), base, seeds=[3], lrs=regime.selected_lrs("cpu"))
+    runs = regime.build_runs(regime.grid("regimes"), base, seeds=[3], lrs=regime.selected_lrs("cpu"))
     for name in ("pretrained", "constant", "constant_pretrained"):
         lrs = ff.profiles.regime_learning_rates(name, ["fedavg", "fedfrozen"])
         for m in ("fedavg", "fedfrozen"):

@@ -1,4 +1,4 @@
-"""`Method`: the hooks the round loop calls, with FedAvg's behaviour as every default.
+"""`Method`: the hooks a round calls (fedfrozen.round, in the loop and on Flower), FedAvg's behaviour by default.
 
 A method is one object. The loop (fedfrozen.loop.run) owns the resident model, the flat
 buffers and the order of events; at each point where methods differ it calls a hook:
@@ -196,7 +196,7 @@ class Method:
         return self.schedule.freeze_at
 
     @property
-    def frozen_groups_all(self) -> tuple:
+    def groups_to_freeze(self) -> tuple:
         """The groups the schedule freezes once it freezes."""
         return self.schedule.groups
 
