@@ -60,7 +60,8 @@ def main() -> None:
             for backend in order:
                 secs, got[backend] = timed(cfgs, backend, args.workers)
                 seconds[backend].append(secs)
-                print(f"repeat {rep}: {backend:5s} {secs:7.1f} s for {len(cfgs)} runs of {args.rounds} rounds", flush=True)
+                print(f"repeat {rep}: {backend:5s} {secs:7.1f} s for {len(cfgs)} runs of {args.rounds} rounds",
+                      flush=True)
             assert all(a.same_as(b) for a, b in zip(got["local"], got["ray"])), "the backends' Histories differ"
     finally:
         ray.shutdown()

@@ -38,6 +38,11 @@ LOG_PATH: list[str] = []
 DATA: list = []
 
 
+
+def peak_gib() -> float:
+    """Peak GPU memory of this process so far, in GiB (0 without CUDA)."""
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
 def say(*parts) -> None:
     line = " ".join(str(p) for p in parts)
     print(line, flush=True)
@@ -143,7 +148,7 @@ def main() -> None:
                 secs = [r["seconds"] for r in hist.rows[1:-1]]  # not round 0 (allocations), not the last (evaluates)
                 results.setdefault((per_round, engine), []).append(statistics.median(secs))
                 say(f"   {per_round} per round, {engine}: rounds {[round(r['seconds'], 3) for r in hist.rows]} s, "
-                    f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30 if args.device == 'cuda' else 0:.2f} GiB")
+                    f"peak GPU memory {peak_gib():.2f} GiB")
             if (per_round, "batched") in results and (per_round, "sequential") in results:
                 s = statistics.median(results[(per_round, "sequential")])
                 b = statistics.median(results[(per_round, "batched")])

@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, nargs="+", default=[1, 5])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--grid", type=int, default=0, metavar="N",
-                    help="also time a notebook-like grid: run_many of N seeds, 2 workers x 1 thread vs 1 worker x 2 threads")
+                    help="also time a notebook-like grid: run_many of N seeds, 2 workers x 1 thread vs 1 worker x 2 "
+                         "threads")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     ap.add_argument("--compile", action="store_true", help="also time the batched engine with engine_compile=True")
     ap.add_argument("--profile", choices=["cpu"], default=None,
@@ -126,7 +127,8 @@ def _cpu_profile(args) -> float:
         t0 = time.perf_counter()
         ff.run(base.replace(engine="batched", engine_compile=True, rounds=1), progress=False, train=data[0],
                test=data[1])
-        print(f"batched + torch.compile: first round (compiles, or loads torch's cache) {time.perf_counter() - t0:.1f} s")
+        print(f"batched + torch.compile: first round (compiles, or loads torch's cache) "
+              f"{time.perf_counter() - t0:.1f} s")
         variants["batched + compile"] = dict(engine="batched", engine_compile=True)
     t = bench(base, variants, args.repeats, data)
     for name, sec in t.items():

@@ -5,8 +5,8 @@ epochs against seconds per epoch on this machine (1 thread per candidate).
     python benchmarks/fmnist_model.py p7d32L2 --epochs 3
 
 Every candidate is timm's VisionTransformer (the project models' class) with mlp_ratio 2 and average
-pooling, trained with AdamW (lr 2e-3, weight decay 0.01, cosine over the epochs, batch 64; --batch to change) on the full
-60,000 training images (or --subset), evaluated on the 10,000 test images. Same seed and batch order for all.
+pooling, trained with AdamW (lr 2e-3, weight decay 0.01, cosine over the epochs, batch 64; --batch to change) on
+the full 60,000 training images (or --subset), evaluated on the 10,000 test images. Same seed and batch order for all.
 """
 
 import argparse

@@ -109,7 +109,8 @@ def _load_config_file(path: str) -> dict:
             values = json.loads(text)
     except Exception as e:  # noqa: BLE001 - JSON, YAML and decoding errors alike
         kind = "YAML" if path.endswith((".yaml", ".yml")) else "JSON"
-        raise ValueError(f"--config {path!r}: not valid {kind} ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        first = str(e).splitlines()[0]
+        raise ValueError(f"--config {path!r}: not valid {kind} ({type(e).__name__}: {first})") from None
     if not isinstance(values, dict):
         raise ValueError(f"--config {path!r}: holds a {type(values).__name__}, not a mapping of Config fields")
     return values
@@ -132,8 +133,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def _methods_table() -> str:
     width = max(map(len, methods.names()))
-    return "\n".join(f"  {name:{width}s}  {summary}" + (f" [settings: {', '.join(methods.settings_class(name).fields())}]"
-                                                         if methods.settings_class(name).fields() else "")
+    def settings(name):
+        fields = methods.settings_class(name).fields()
+        return f" [settings: {', '.join(fields)}]" if fields else ""
+
+    return "\n".join(f"  {name:{width}s}  {summary}" + settings(name)
                      for name, summary in methods.describe().items())
 
 
@@ -182,7 +186,8 @@ def cmd_run(args) -> int:
     status = "DIVERGED at round {round}, client {client}".format(**hist.diverged) if hist.diverged else "ok"
     print(f"fedfrozen run: method={cfg.method} dataset={cfg.dataset} partition={cfg.partition} "
           f"rounds={len(hist)} final_test_acc={'n/a' if acc is None else f'{acc:.4f}'} "
-          f"{'(cached) ' if hist.cached else ''}{'(resumed) ' if hist.resumed_from else ''}status={status} seconds={time.perf_counter() - t0:.1f} "
+          f"{'(cached) ' if hist.cached else ''}{'(resumed) ' if hist.resumed_from else ''}status={status} "
+          f"seconds={time.perf_counter() - t0:.1f} "
           f"out={os.path.join(args.out, 'cli', config_key(cfg))}")
     return 1 if hist.diverged else 0
 
@@ -267,8 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedfrozen", description=__doc__.splitlines()[0])
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     p.add_argument("--threads", type=_threads, default=None,
-                   help="CPU threads for torch in every run (sets FEDFROZEN_THREADS; default: FEDFROZEN_THREADS if set, "
-                        "else 1, which on small models is as fast idle and much faster on a busy machine: README)")
+                   help="CPU threads for torch in every run (sets FEDFROZEN_THREADS; default: FEDFROZEN_THREADS "
+                        "if set, else 1, which on small models is as fast idle and much faster on a busy machine: "
+                        "README)")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one federated run (flags mirror fedfrozen.Config)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -303,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("select-lr", help="choose each method's local lr at the paper scale by the one rule")
     s.add_argument("--dataset", choices=["cifar10", "cifar100"], default="cifar10")
     s.add_argument("--methods", nargs="+", help="methods to select for (default: every registered method)")
-    s.add_argument("--grid", nargs="+", type=float, default=None, help="learning rates to try (default: 3e-4 1e-3 3e-3)")
+    s.add_argument("--grid", nargs="+", type=float, default=None,
+                   help="learning rates to try (default: 3e-4 1e-3 3e-3)")
     s.add_argument("--rounds", type=int, default=30, help="rounds per selection run")
     s.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
     s.add_argument("--config", help="JSON or YAML file of Config fields that change the paper profile's settings")

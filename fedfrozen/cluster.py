@@ -34,7 +34,8 @@ def ray_module():
     try:
         import ray
     except ImportError:
-        raise ImportError("backend='ray' needs Ray: pip install \"fedfrozen[cluster]\" (or \"fedfrozen[dev]\")") from None
+        raise ImportError("backend='ray' needs Ray: pip install \"fedfrozen[cluster]\" "
+                          "(or \"fedfrozen[dev]\")") from None
     return ray
 
 

@@ -82,8 +82,8 @@ class Config:
     model_kwargs: dict = setting(help="extra arguments to models.create", factory=dict)
     method: str = setting("fedavg", "a registered method (fedfrozen methods lists them)", choices=methods.names)
     warmup_rounds: int = setting(15, "T0: stage 2 starts at this round (>= rounds: never)", lo=0)
-    freeze: tuple[str, ...] = setting(("qk",), f"groups frozen in stage 2 by the fedfrozen presets ({', '.join(GROUPS)})",
-                                      choices=GROUPS)
+    freeze: tuple[str, ...] = setting(("qk",), f"groups frozen in stage 2 by the fedfrozen presets "
+                                      f"({', '.join(GROUPS)})", choices=GROUPS)
     value_l2: float = setting(0.0, "lambda of the value penalty (stage 2)", lo=0)
     value_l2_mode: str = setting("ridge", "ridge: lambda/2 ||W_V||^2; prox: lambda/2 ||W_V - W_V^r||^2",
                                  choices=("ridge", "prox"))

@@ -136,7 +136,8 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-HEADER = f"{'notebook':44s} {'status':6s} {'configs':>7s} {'s/round':>8s} {'peak MB':>8s} {'proj. h':>8s} {'wall s':>7s}"
+HEADER = (f"{'notebook':44s} {'status':6s} {'configs':>7s} {'s/round':>8s} {'peak MB':>8s} {'proj. h':>8s} "
+          f"{'wall s':>7s}")
 
 
 def _num(x: float, fmt: str, width: int = 8) -> str:

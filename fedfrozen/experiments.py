@@ -77,8 +77,9 @@ def config_key(cfg) -> str:
 def _defaults(config_cls) -> dict:
     import dataclasses
 
-    return {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-            for f in dataclasses.fields(config_cls)} | {"freeze": list(config_cls.__dataclass_fields__["freeze"].default)}
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                for f in dataclasses.fields(config_cls)}
+    return defaults | {"freeze": list(defaults["freeze"])}
 
 
 def results_root(root=None) -> Path:
@@ -91,7 +92,8 @@ _FILES = ("config.json", "env.json", "history.json")
 
 
 def _digest(folder: Path, files=_FILES) -> dict:
-    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in files if (folder / name).exists()}
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in files
+            if (folder / name).exists()}
 
 
 def _store(folder: Path, cfg, hist: History, files=_FILES) -> None:

@@ -18,8 +18,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "project_root", "notebooks", "DRY_RUN_ENV", "dry_run_settings",
-           "THREADS_ENV", "threads_setting", "use_threads"]
+__all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "project_root", "notebooks", "DRY_RUN_ENV",
+           "dry_run_settings", "THREADS_ENV", "threads_setting", "use_threads"]
 
 THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts

@@ -138,7 +138,8 @@ def prepare(cfg: Config, train=None, test=None) -> Setup:
 
 def _load_initial_weights(model, path: str) -> None:
     if not os.path.isfile(path):
-        raise ValueError(f"init must be 'random', 'public', 'pretrained' or an existing state_dict file; no file {path!r}")
+        raise ValueError(f"init must be 'random', 'public', 'pretrained' or an existing state_dict file; "
+                         f"no file {path!r}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a file that is not a checkpoint

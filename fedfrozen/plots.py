@@ -166,8 +166,8 @@ def plot_regime_map(table, fraction: float, ax=None, higher_is_better: bool = Tr
     columns alpha. The colour is the paired gap FedFrozen - FedAvg in units of its 95% half-width (the one rule's
     yardstick, tables.PAIRED_RULE), clipped to +-2: pale where no difference is resolved (|gap| <= half-width),
     strong beyond it; blue where FedFrozen is better (for a measure where lower is better pass
-    higher_is_better=False). The text is the gap, '*' where it is resolved (after Holm when the table has verdict_holm); cells not run are
-    grey; rows name the schedule when the map has more than one."""
+    higher_is_better=False). The text is the gap, '*' where it is resolved (after Holm when the table has
+    verdict_holm); cells not run are grey; rows name the schedule when the map has more than one."""
     import matplotlib.pyplot as plt
 
     if ax is None:

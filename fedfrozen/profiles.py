@@ -32,7 +32,9 @@ from pathlib import Path
 
 from .io import project_root
 
-__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "REGIME_LR", "REGIMES", "PRETRAINED_START", "regime_fields", "regime_learning_rates", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
+__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "REGIME_LR", "REGIMES",
+           "PRETRAINED_START", "regime_fields", "regime_learning_rates", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP",
+           "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")

@@ -256,7 +256,8 @@ def _no_projections(model: nn.Module) -> TypeError:
     with what to do), or no attention at all."""
     like = {}
     for name, m in model.named_modules():
-        if _ATTENTION_CLASS.search(type(m).__name__) and not isinstance(m, _SPLIT) and any(True for _ in m.parameters()):
+        has_weights = any(True for _ in m.parameters())
+        if _ATTENTION_CLASS.search(type(m).__name__) and not isinstance(m, _SPLIT) and has_weights:
             like.setdefault(class_path(type(m)), name or "the model")
     if like:
         where = ", ".join(f"{cls} (at {at})" for cls, at in sorted(like.items()))

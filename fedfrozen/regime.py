@@ -210,7 +210,8 @@ def regime_map(runs, measure: str = "final_acc"):
     keys = ["alpha", "local_epochs", "start", "schedule"]
     rows = []
     base = {k: sub for k, sub in runs[runs["arm"] == "fedavg"].groupby(keys)}
-    for (alpha, epochs, start, schedule, fraction), sub in runs[runs["arm"] == "fedfrozen"].groupby(keys + ["fraction"]):
+    frozen_runs = runs[runs["arm"] == "fedfrozen"]
+    for (alpha, epochs, start, schedule, fraction), sub in frozen_runs.groupby(keys + ["fraction"]):
         ref = base.get((alpha, epochs, start, schedule))
         if ref is None:
             raise ValueError(f"no FedAvg runs for alpha={alpha}, local_epochs={epochs}, start={start!r}"
@@ -231,7 +232,8 @@ def regime_map(runs, measure: str = "final_acc"):
     family = adjust(judged.rename(columns={"gap": "d", "seeds": "n"})) if len(judged) else None
     for col in ("p", "p_holm", "detectable"):
         out[col] = family[col].reindex(out.index) if family is not None else float("nan")
-    words = {"higher": "better" if higher else "worse", "lower": "worse" if higher else "better", UNRESOLVED: UNRESOLVED}
+    words = {"higher": "better" if higher else "worse", "lower": "worse" if higher else "better",
+             UNRESOLVED: UNRESOLVED}
     out["verdict_holm"] = (family["verdict_holm"].map(words).reindex(out.index).fillna("n/a") if family is not None
                            else "n/a")
     return out

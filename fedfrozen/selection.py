@@ -22,7 +22,8 @@ from .profiles import PAPER_LR_GRID, federated, paper_lr_file
 
 __all__ = ["pick", "select_learning_rates", "RULE"]
 
-RULE = ("best validation accuracy averaged over the last 3 evaluations on Dirichlet alpha=0.1 clients, seed 0, freezing at 25% of the rounds; "
+RULE = ("best validation accuracy averaged over the last 3 evaluations on Dirichlet alpha=0.1 clients, seed 0, "
+        "freezing at 25% of the rounds; "
         "ties and diverged runs go to the smaller lr")
 
 
@@ -59,7 +60,8 @@ def select_learning_rates(methods, dataset: str = "cifar10", grid=PAPER_LR_GRID,
     val = {m: {} for m in methods}
     for cfg, hist in zip(cfgs, hists):
         val[cfg.method][cfg.lr] = None if hist.diverged else hist.late("val_acc")
-    result = {"lr": {m: pick(val[m]) for m in methods}, "val_acc": {m: {str(k): v for k, v in val[m].items()} for m in methods},
+    result = {"lr": {m: pick(val[m]) for m in methods},
+              "val_acc": {m: {str(k): v for k, v in val[m].items()} for m in methods},
               "rule": RULE, "rounds": rounds, "grid": grid, "dataset": fields["dataset"]}
     if write and base is None:
         path = paper_lr_file(dataset, root)

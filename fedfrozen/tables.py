@@ -213,7 +213,8 @@ def resolution(comparisons) -> float:
     widths = [c.half_width for c in comparisons]
     return min(widths) if widths else math.inf
 
-VERDICT_COLUMNS = ["claim", "comparison", "measure", "mean_a", "mean_b", "d", "half_width", "n", "verdict", "by", "a", "b"]
+VERDICT_COLUMNS = ["claim", "comparison", "measure", "mean_a", "mean_b", "d", "half_width", "n", "verdict", "by", "a",
+                   "b"]
 ADJUSTED_COLUMNS = ["p", "p_holm", "verdict_holm", "detectable"]
 
 
@@ -301,6 +302,12 @@ def format_verdicts(table) -> str:
 SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")
 
 
+def _median_seconds(df, stage: int) -> float:
+    """Median seconds of the rounds of `stage` in a History frame (NaN when the run has none)."""
+    seconds = df.loc[df["stage"] == stage, "seconds"]
+    return float(seconds.median()) if len(seconds) else np.nan
+
+
 def _run_row(cfg, hist, target: float, last: int) -> dict:
     df = hist.to_frame()
     evaluated = df.dropna(subset=["test_acc"])
@@ -319,8 +326,8 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
         oscillation=hist.oscillation("test_acc"),
         upload_MB=float(df["bytes_up"].sum() / 1e6),
         download_MB=float(df["bytes_down"].sum() / 1e6),
-        sec_per_round_stage1=float(df.loc[df["stage"] == 1, "seconds"].median()) if (df["stage"] == 1).any() else np.nan,
-        sec_per_round_stage2=float(df.loc[df["stage"] == 2, "seconds"].median()) if (df["stage"] == 2).any() else np.nan,
+        sec_per_round_stage1=_median_seconds(df, 1),
+        sec_per_round_stage2=_median_seconds(df, 2),
         diverged=hist.diverged is not None,
     )
     return row
@@ -342,8 +349,9 @@ def summarise(cfgs, hists, target: float = 0.8, last: int = 3):
 def mean_std(df, by, cols):
     """Mean, std and count of finite values over the rows sharing `by` (typically: over seeds),
     with the number of runs in ("runs", "n"). The per-seed values (from the `seed` column, else the
-    row's position in its group) are kept in `.attrs["per_seed"][col][row]` for `compare`. A column such as rounds_to_target is NaN for a run
-    that never reached the target, so its count can be smaller than the number of runs."""
+    row's position in its group) are kept in `.attrs["per_seed"][col][row]` for `compare`. A column such as
+    rounds_to_target is NaN for a run that never reached the target, so its count can be smaller than the number of
+    runs."""
     g = df.groupby(list(by) if not isinstance(by, str) else by)
     out = g[list(cols)].agg(["mean", "std", "count"])
     out[("runs", "n")] = g.size()
@@ -355,7 +363,8 @@ def mean_std(df, by, cols):
         first = flat.loc[dup].iloc[0]
         where = {k: first[k] for k in (keys if isinstance(keys, list) else [keys])}
         raise ValueError(f"mean_std: seed {first['_seed']} appears {int(dup.sum())} times in row {where} (rows are "
-                         f"grouped by {by!r}): a seed is one run per row; add the column that tells the runs apart to `by`")
+                         f"grouped by {by!r}): a seed is one run per row; add the column that tells the runs apart "
+                         f"to `by`")
     row = (lambda k: k[0]) if not isinstance(by, str) and len(keys) == 1 else (lambda k: k)  # the index's own labels
     out.attrs["per_seed"] = {c: {row(key): dict(zip(sub["_seed"].tolist(), sub[c].astype(float).tolist()))
                                  for key, sub in flat.groupby(keys)}

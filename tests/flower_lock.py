@@ -1,9 +1,9 @@
 """Test files that start Flower or Ray run one at a time across the pytest-xdist workers of one session.
 
 Under `--dist loadfile` tests/test_flower.py, tests/test_cluster.py and notebook 08 may land on different workers;
-each starts Ray (the first and last under a Flower federation), and two of those at once on a 2-core machine run each other into their timeouts. A worker takes
-an exclusive lock (a file of this test session, in the temp folder) before the first item of such a file and lets
-go after its last one; the kernel releases it if the worker dies.
+each starts Ray (the first and last under a Flower federation), and two of those at once on a 2-core machine run
+each other into their timeouts. A worker takes an exclusive lock (a file of this test session, in the temp folder)
+before the first item of such a file and lets go after its last one; the kernel releases it if the worker dies.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def lock_path() -> Path:
 
 @contextlib.contextmanager
 def held_for(item, nextitem):
-    """Hold the lock around `item` when its file starts Flower (on an xdist worker); release after the file's last item."""
+    """Hold the lock around `item` when its file starts Flower (on an xdist worker); release after the file's last
+    item."""
     global _held
     if not os.environ.get("PYTEST_XDIST_WORKER") or not starts_flower(item.path):
         yield

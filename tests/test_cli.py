@@ -29,7 +29,8 @@ def test_config_file_with_flags_overriding(tmp_path, capsys):
     cfg = cli.config_from_args(args)
     assert (cfg.method, cfg.prox_mu, cfg.rounds, cfg.freeze) == ("fedprox", 0.5, 2, ("qk", "v"))
     (tmp_path / "c.json").write_text(json.dumps({"alpha": 0.3}))
-    assert cli.config_from_args(cli.build_parser().parse_args(["run", "--config", str(tmp_path / "c.json")])).alpha == 0.3
+    args = cli.build_parser().parse_args(["run", "--config", str(tmp_path / "c.json")])
+    assert cli.config_from_args(args).alpha == 0.3
 
 
 def test_help_documents_every_config_field(capsys):

@@ -32,7 +32,8 @@ def test_a_fork_rewrites_every_badge_and_install_cell_from_its_url(tmp_path):
     nbformat.write(nbformat.read(ROOT / "notebooks" / "08_flower_deployment.ipynb", as_version=4), src)
     repo = colab.repository(tmp_path)
     assert repo == fork  # the trailing slash dropped
-    assert colab.differs(src, repo) == ["badge (the first line of the first cell)", "install cell (the first code cell)"]
+    assert colab.differs(src, repo) == ["badge (the first line of the first cell)",
+                                        "install cell (the first code cell)"]
     assert colab.rewrite(src, repo) and colab.differs(src, repo) == []
     nb = nbformat.read(src, as_version=4)
     assert "github/someone/fork/blob/main/notebooks/08_x.ipynb" in nb.cells[0].source

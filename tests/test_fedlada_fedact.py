@@ -53,9 +53,11 @@ def test_fedact_trust_scales_agreeing_coordinates_up():
 
 
 def test_fedact_with_trust_one_is_fedadamw_corrected_adamw(setups):
-    """tau_min = 1 makes trust == 1: FedACT at lr eta, decay lam, alpha == FedAdamW at lr eta/(1-g), decay lam(1-g), g = alpha."""
+    """tau_min = 1 makes trust == 1: FedACT at lr eta, decay lam, alpha == FedAdamW at lr eta/(1-g), decay lam(1-g),
+    g = alpha."""
     g = 0.5
-    ff.run(tiny_config(**BASE, method="fedact", method_args={"tau_min": 1.0, "alpha": g}, weight_decay=0.01), progress=False)
+    ff.run(tiny_config(**BASE, method="fedact", method_args={"tau_min": 1.0, "alpha": g}, weight_decay=0.01),
+           progress=False)
     ff.run(tiny_config(**{**BASE, "lr": BASE["lr"] / (1 - g)}, method="fedadamw", method_args={"gamma": g},
                        weight_decay=0.01 * (1 - g)), progress=False)
     a, b = setups[-2].flat.data, setups[-1].flat.data

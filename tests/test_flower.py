@@ -96,8 +96,8 @@ def test_only_the_launchs_own_processes_are_found_and_stopped(tmp_path):
 
     home = tmp_path / "home"
     home.mkdir()
-    sleeper = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
-               "time.sleep(300)")
+    sleeper = ("import subprocess, sys, time; "
+               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); time.sleep(300)")
     # the unrelated one is not this test's child: started through a process that exits at once (as another
     # user's run would be, it has a parent of its own)
     spawn = ("import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', sys.argv[1], 'flower-superlink', "
@@ -267,7 +267,8 @@ def test_run_config_keys_map_to_config_fields():
     # the keys are generated from Config's fields: every scalar field has one, by its dashed name
     later = fl.config_from_run({"lr-schedule": "cosine", "eval-window": 5, "train-subset": 0, "amp": False})
     assert (later.lr_schedule, later.eval_window, later.train_subset) == ("cosine", 5, None)  # 0: an unset count
-    scalar = {f.name for f in dataclasses.fields(ff.Config) if ff.config.field_type(f.name)[0] in (bool, int, float, str)}
+    scalar = {f.name for f in dataclasses.fields(ff.Config)
+              if ff.config.field_type(f.name)[0] in (bool, int, float, str)}
     assert set(fl.RUN_CONFIG_FIELDS.values()) == scalar and fl.RUN_CONFIG_FIELDS["num-clients"] == "n_clients"
 
 
@@ -284,7 +285,8 @@ def loop_history(run_config):
 
 
 # `flwr run . --stream` on a local simulation federation (launch.flwr_run) == fedfrozen.run, with its managed SuperLink
-# stopped: notebook 08 checks exactly this at the smoke profile (nbval, in the same test command), so it is not run twice.
+# stopped: notebook 08 checks exactly this at the smoke profile (nbval, in the same test command), so it is not run
+# twice.
 
 
 def test_tls_deployment_with_supernode_auth_refuses_an_unregistered_node(tmp_path):
@@ -388,7 +390,10 @@ def test_a_resumed_flower_run_equals_an_uninterrupted_one(tmp_path):
     resumed, whole = ff.History.load(tmp_path / "resumed.json"), flower_history(cfg, tmp_path / "whole")
     loop = ff.run(cfg, progress=False)
     assert [r["round"] for r in resumed.rows] == [0, 1, 2, 3]
-    assert [(r["test_acc"], r["test_loss"]) for r in resumed.rows] == [(r["test_acc"], r["test_loss"]) for r in whole.rows]
+    def evaluations(hist):
+        return [(r["test_acc"], r["test_loss"]) for r in hist.rows]
+
+    assert evaluations(resumed) == evaluations(whole)
     forgot = ff.History.load(tmp_path / "forgot.json")  # a control: without the clients' state the run differs
     assert forgot.rows[:2] == resumed.rows[:2] and forgot.rows[2]["test_loss"] != whole.rows[2]["test_loss"]
     assert [r["test_acc"] for r in resumed.rows] == pytest.approx([r["test_acc"] for r in loop.rows], abs=1e-6)

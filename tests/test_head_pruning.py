@@ -35,7 +35,8 @@ def test_pruned_head_slices_stay_bit_identical_on_the_clients_that_pruned_them()
     ff.methods.register("rec_heads", lambda cfg, **kw: built.append(Recording(cfg, **kw)) or built[-1],
                         summary="head pruning, recording updates", settings=HeadPruning.Settings)
     try:
-        ff.run(tiny_config(method="rec_heads", rounds=2, method_args={"sparsity": 0.5}, weight_decay=0.1), progress=False)
+        ff.run(tiny_config(method="rec_heads", rounds=2, method_args={"sparsity": 0.5}, weight_decay=0.1),
+               progress=False)
     finally:
         ff.methods.unregister("rec_heads")
     m = built[-1]
@@ -50,7 +51,8 @@ def test_pruned_head_slices_stay_bit_identical_on_the_clients_that_pruned_them()
 
 
 def test_per_head_aggregation_with_one_client_per_head_returns_that_clients_head():
-    cfg = tiny_config(method="head_pruning", method_args={"sparsity": 0.5}, model_kwargs=dict(embed_dim=16, depth=1, num_heads=2))
+    cfg = tiny_config(method="head_pruning", method_args={"sparsity": 0.5},
+                      model_kwargs=dict(embed_dim=16, depth=1, num_heads=2))
     s = loop.prepare(cfg)
     m = ff.methods.build(cfg)
     m.setup(s)

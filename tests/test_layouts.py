@@ -123,7 +123,8 @@ def _outputs(model, x, modules, inputs):
             seen[name] = (out.detach().clone(), args[0].detach().clone() if args else None)
         return hook
 
-    handles = [h for n, m in modules for h in (m.register_forward_pre_hook(feed(n)), m.register_forward_hook(record(n)))]
+    handles = [h for n, m in modules
+               for h in (m.register_forward_pre_hook(feed(n)), m.register_forward_hook(record(n)))]
     try:
         with torch.no_grad():
             model(x)

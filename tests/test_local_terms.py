@@ -56,8 +56,8 @@ def _one_step(cfg, anchor_coeff, value_l2=0.0, engine="sequential"):
         return s.flat.data.clone()
     layout = batched.EntryMap(s.model, s.flat, ff.qkv.GROUPS, ())
     client = SimpleNamespace(idx=s.client_train[0], gen=gen, correction=None, mask=None)
-    trained = batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, [client], anchor_coeff=anchor_coeff, value_l2=value_l2,
-                                    value_mode="prox")
+    trained = batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, [client], anchor_coeff=anchor_coeff,
+                                  value_l2=value_l2, value_mode="prox")
     return trained[0][0].clone()
 
 

@@ -11,7 +11,8 @@ from fedfrozen import experiments, profiles, selection
 
 
 def test_paper_profile_never_reads_digits_selected_rates(tmp_path):
-    lrs = profiles.learning_rates(["fedavg", "fedfrozen", "scaffold"], profile="paper", dataset="cifar10", root=tmp_path)
+    lrs = profiles.learning_rates(["fedavg", "fedfrozen", "scaffold"], profile="paper", dataset="cifar10",
+                                  root=tmp_path)
     assert lrs == dict.fromkeys(["fedavg", "fedfrozen", "scaffold"], profiles.PAPER_DEFAULT_LR)
     assert all(lrs[m] != profiles.SELECTED_LR[m] for m in lrs)
     path = profiles.paper_lr_file("cifar10", tmp_path)
@@ -81,7 +82,8 @@ def test_lr_warmup_then_cosine():
     assert lrs[:3] == [0.25, 0.5, 0.75] and lrs[3] == 1.0
     assert lrs[4] == pytest.approx(0.5 * (1 + math.cos(math.pi / 7)))
     assert all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
-    assert _lr_at(tiny_config(rounds=10, lr=1.0, lr_schedule="cosine"), 5) == pytest.approx(0.5)  # no warm-up: as before
+    # no warm-up: as before
+    assert _lr_at(tiny_config(rounds=10, lr=1.0, lr_schedule="cosine"), 5) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="lr_warmup_rounds"):
         tiny_config(rounds=3, lr_warmup_rounds=3)
 

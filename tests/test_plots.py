@@ -15,9 +15,11 @@ def test_only_the_committed_profile_writes_figures(tmp_path, monkeypatch):
     fig, _ = plt.subplots()
     assert plots.save_figure(fig, "99_x", "smoke") == ["runs/smoke/figures/99_x.pdf", "runs/smoke/figures/99_x.png"]
     assert plots.save_figure(fig, "99_x", "paper")[0] == "runs/paper/figures/99_x.pdf"  # a GPU run too
-    assert plots.save_table(__import__("pandas").DataFrame({"a": [1.0]}), "99_x", "paper") == "runs/paper/figures/99_x.csv"
+    table = __import__("pandas").DataFrame({"a": [1.0]})
+    assert plots.save_table(table, "99_x", "paper") == "runs/paper/figures/99_x.csv"
     assert not (tmp_path / "figures").exists()
-    assert plots.save_figure(fig, "99_x", "cpu")[1] == "figures/99_x.png" and (tmp_path / "figures" / "99_x.png").exists()
+    assert plots.save_figure(fig, "99_x", "cpu")[1] == "figures/99_x.png"
+    assert (tmp_path / "figures" / "99_x.png").exists()
     with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
         plots.save_figure(fig, "99_x", "gpu")
 

@@ -29,8 +29,10 @@ def _models():
     """(name, constructor, input) for every architecture the splitter supports."""
     img32 = torch.randn(2, 3, 32, 32)
     return [
-        ("vit_tiny", lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=5), img32),
-        ("deit_tiny", lambda: timm.create_model("deit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=5), img32),
+        ("vit_tiny", lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=5),
+         img32),
+        ("deit_tiny", lambda: timm.create_model("deit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=5),
+         img32),
         ("vit_no_qkv_bias", lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4,
                                                       qkv_bias=False, num_classes=5), img32),
         ("vit_qk_norm", lambda: timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4,
@@ -202,8 +204,8 @@ def test_project_model_sizes():
 
 FAMILIES = [
     ("xcit", lambda: timm.create_model("xcit_nano_12_p16_224", img_size=32, depth=2, num_classes=5),
-     {"blocks.0.gamma1": "norm", "blocks.0.gamma3": "norm", "blocks.0.gamma2": "norm", "blocks.0.attn.temperature": "qk",
-      "blocks.0.attn.qkv.v.weight": "v", "blocks.0.local_mp.conv1.weight": "other"}),
+     {"blocks.0.gamma1": "norm", "blocks.0.gamma3": "norm", "blocks.0.gamma2": "norm",
+      "blocks.0.attn.temperature": "qk", "blocks.0.attn.qkv.v.weight": "v", "blocks.0.local_mp.conv1.weight": "other"}),
     ("cait", lambda: timm.create_model("cait_xxs24_224", img_size=32, patch_size=8, depth=2, num_classes=5),
      {"blocks.0.gamma_1": "norm", "blocks.0.attn.proj_l.weight": "qk", "blocks.0.attn.proj_w.weight": "qk",
       "blocks.0.attn.qkv.q.weight": "qk", "cls_token": "embed"}),

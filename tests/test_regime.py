@@ -36,7 +36,8 @@ def test_grids_join_with_a_plus_and_the_regime_cells_are_notebook_03s():
 
 @pytest.mark.parametrize("kw, name", [
     (dict(fractions=(0.5, 1.0)), "fractions"), (dict(fractions=(-0.1,)), "fractions"),
-    (dict(alphas=(0.0,)), "alphas"), (dict(local_epochs=(0,)), "local_epochs"), (dict(local_epochs=(1.5,)), "local_epochs"),
+    (dict(alphas=(0.0,)), "alphas"), (dict(local_epochs=(0,)), "local_epochs"),
+    (dict(local_epochs=(1.5,)), "local_epochs"),
     (dict(starts=("cold",)), "starts"), (dict(schedules=("linear",)), "schedules"), (dict(alphas=()), "alphas"),
 ])
 def test_bad_axes_are_named(kw, name):

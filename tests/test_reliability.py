@@ -23,7 +23,8 @@ from fedfrozen.config import field_type
 
 def _bad_values(name):
     base, elem, optional = field_type(name)
-    bad = {bool: ["false", 1, 0.0], int: [1.5, "3", True, math.nan], float: [math.nan, math.inf, -math.inf, "0.1", True],
+    bad = {bool: ["false", 1, 0.0], int: [1.5, "3", True, math.nan],
+           float: [math.nan, math.inf, -math.inf, "0.1", True],
            str: [3, b"x"], dict: [[1], "a=1"], tuple: [5, [object()]]}[base]
     if not optional:
         bad = [*bad, None]

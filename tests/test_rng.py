@@ -32,7 +32,8 @@ def test_no_bare_tag_is_passed_to_derive_seed_in_the_package():
         if path.name == "rng.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "derive_seed":
+            called = getattr(node.func, "id", getattr(node.func, "attr", None)) if isinstance(node, ast.Call) else None
+            if called == "derive_seed":
                 calls.append(f"{path.relative_to(PKG)}:{node.lineno}")
     assert calls == []
 

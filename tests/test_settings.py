@@ -63,7 +63,8 @@ def test_checks_across_the_config_run_when_the_config_is_built():
 
 
 def test_flat_names_are_deprecated_aliases_that_warn_with_the_new_spelling():
-    with pytest.warns(FutureWarning, match=r"Config\(fedsteer_core=\.\.\.\) is deprecated: use method_args=\{'core': 5\}"):
+    said = r"Config\(fedsteer_core=\.\.\.\) is deprecated: use method_args=\{'core': 5\}"
+    with pytest.warns(FutureWarning, match=said):
         old = ff.Config(method="fedsteer", fedsteer_core=5)
     assert old == ff.Config(method="fedsteer", method_args={"core": 5})
     with pytest.warns(FutureWarning, match=r"Config.fedsteer_core is deprecated.*method_args\['core'\]"):

@@ -108,7 +108,8 @@ def test_fedsteer_core_set_choice_is_seeded_and_never_worse_than_its_start():
     core = m.select_core(0)
     assert len(core) == 2 and core == sorted(set(core)) and all(0 <= i < 8 for i in core)
     assert core == m.select_core(0)  # same seed and round, same choice
-    start = sorted(int(i) for i in np.random.default_rng(ff.rng.seed_for("fedsteer_core", cfg.seed, 0)).choice(8, 2, replace=False))
+    rng = np.random.default_rng(ff.rng.seed_for("fedsteer_core", cfg.seed, 0))
+    start = sorted(int(i) for i in rng.choice(8, 2, replace=False))
     assert m.core_objective(core) <= m.core_objective(start)
 
 
@@ -158,7 +159,9 @@ def test_drift_metrics_measure_the_plain_mean_of_the_sampled_updates(method):
     update-norm columns equal FedAvg's, although the server steps along its own direction (the data shares over
     all N clients; the applied step differs, and so does round 1's model)."""
     kw = dict(n_clients=4, clients_per_round=2, rounds=2)
-    hs, ha = ff.run(tiny_config(method=method, **kw, **core(method, 2)), progress=False), ff.run(tiny_config(method="fedavg", **kw), progress=False)
+    hs = ff.run(tiny_config(method=method, **kw, **core(method, 2)), progress=False)
+    ha = ff.run(tiny_config(method="fedavg", **kw), progress=False)
     cols = [c for c in ha.rows[0] if c.startswith(("drift_", "update_norm_"))]
-    assert cols and all(hs.rows[0][c] == pytest.approx(ha.rows[0][c], rel=1e-6) for c in cols if ha.rows[0][c] is not None)
+    assert cols and all(hs.rows[0][c] == pytest.approx(ha.rows[0][c], rel=1e-6)
+                        for c in cols if ha.rows[0][c] is not None)
     assert hs.rows[0]["test_acc"] != ha.rows[0]["test_acc"] or hs.rows[1]["test_acc"] != ha.rows[1]["test_acc"]

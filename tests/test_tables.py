@@ -77,7 +77,8 @@ def test_federated_profiles_build_valid_configs():
 def test_paired_rule_closed_forms():
     # d = (0.1, 0.2, 0.3): mean 0.2, sd 0.1, n 3 -> half-width t(0.975, 2) * 0.1 / sqrt(3) = 4.302653 * 0.057735
     c = ff.tables.compare_runs([0.5, 0.6, 0.7], [0.4, 0.4, 0.4])
-    assert c.diff == pytest.approx(0.2) and c.n == 3 and c.mean_a == pytest.approx(0.6) and c.mean_b == pytest.approx(0.4)
+    assert c.diff == pytest.approx(0.2) and c.n == 3
+    assert c.mean_a == pytest.approx(0.6) and c.mean_b == pytest.approx(0.4)
     assert ff.tables.t_quantile(3) == pytest.approx(4.302653, abs=1e-6)
     assert c.half_width == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-6)  # 0.2484 > 0.2: not resolved
     assert not c.resolved and c.verdict == "no difference resolved"

@@ -1,6 +1,6 @@
 """Is FedAvg converged at the cpu profile? The two tests of docs/cpu_profile.md, from the results cache.
 
-    python tools/cpu_convergence.py                 # FedAvg at IID, Dirichlet 0.5 and 0.1, seeds 0-4 (notebook 03's runs)
+    python tools/cpu_convergence.py                 # FedAvg at IID, Dirichlet 0.5 and 0.1, seeds 0-4 (notebook 03's)
     python tools/cpu_convergence.py --seeds 0 --rounds 240
 
 Prints, per partition, the mean test accuracy over the seeds at every evaluation, the gain over the last 10% of

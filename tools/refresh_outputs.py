@@ -55,7 +55,8 @@ def main() -> None:
         if args.adopt:
             source = root / "runs" / "cpu" / path.name
             if not source.is_file():
-                print(f"NOT adopted: {path.name}: no {source.relative_to(root)} (run `fedfrozen reproduce --profile cpu` first)")
+                print(f"NOT adopted: {path.name}: no {source.relative_to(root)} "
+                      f"(run `fedfrozen reproduce --profile cpu` first)")
                 continue
             nb = nbformat.read(source, as_version=4)
         else:
@@ -68,7 +69,8 @@ def main() -> None:
             print(f"NOT written: {path.name}: outputs contain absolute paths, e.g. {found[0]}", flush=True)
             continue
         path.write_text(text)
-        print(f"{'adopted' if args.adopt else 'refreshed'} {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
+        done = "adopted" if args.adopt else "refreshed"
+        print(f"{done} {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

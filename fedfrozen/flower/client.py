@@ -127,7 +127,8 @@ def kept_state(context: Context, cfg: Config, frozen, r: int = 0, folder: str = 
     node's Context.state, or (a resumed run starts with an empty one) from its file in `folder`."""
     stage = _stage(cfg, frozen)
     if CLIENT_KEY in context.state:
-        return context.state[CLIENT_KEY].to_torch_state_dict() if str(context.state[STAGE_KEY]["stage"]) == stage else {}
+        same_stage = str(context.state[STAGE_KEY]["stage"]) == stage
+        return context.state[CLIENT_KEY].to_torch_state_dict() if same_stage else {}
     if folder:
         cid = int(context.node_config["partition-id"])
         entries = [e for e in _entries(_state_file(folder, cfg, cid)) if e["round"] < r]  # not a round cut short
@@ -144,7 +145,8 @@ def keep_state(context: Context, cfg: Config, frozen, state: dict, r: int = 0, f
     if folder:
         path = _state_file(folder, cfg, int(context.node_config["partition-id"]))
         entries = [e for e in _entries(path) if e["round"] < r][-1:]
-        entries.append({"round": r, "stage": _stage(cfg, frozen), "state": {k: v.detach().cpu() for k, v in state.items()}})
+        kept = {k: v.detach().cpu() for k, v in state.items()}
+        entries.append({"round": r, "stage": _stage(cfg, frozen), "state": kept})
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: torch.save(entries, tmp))
 

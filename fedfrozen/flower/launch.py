@@ -27,8 +27,8 @@ from pathlib import Path
 from ..history import History
 from ..io import project_root
 
-__all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop", "deploy", "check_tls", "write_certificates",
-           "write_node_keys", "LeftRunning"]
+__all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop", "deploy", "check_tls",
+           "write_certificates", "write_node_keys", "LeftRunning"]
 
 
 class LeftRunning(RuntimeError):

@@ -33,6 +33,7 @@ SERVER_OPTIMIZERS = tuple(SERVER_STEPS)
 SCAFFOLD_VARIANTS = ("auto", "gradient", "update")
 
 __all__ = ["Method", "LocalObjective", "FreezeSchedule", "ServerOptimizer", "register", "unregister", "names",
-           "describe", "build", "composition", "results_revision", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS", "SERVER_STEPS",
+           "describe", "build", "composition", "results_revision", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS",
+           "SERVER_STEPS",
            "FREEZE_SCHEDULES", "DEFAULT_SERVER_LR", "SCAFFOLD_VARIANTS", "scaffold_variant",
            "Settings", "setting", "settings_class", "flat_names", "flat_settings", "methods_with"]

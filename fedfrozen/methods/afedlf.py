@@ -45,7 +45,8 @@ def device_profiles(cfg) -> tuple[np.ndarray, np.ndarray]:
 def client_seconds(n_samples: int, compute: float, bandwidth: float, trained_share: float, down_bytes: int,
                    up_bytes: int) -> float:
     """Simulated seconds of one client's round: its local passes plus its download and upload."""
-    return float(n_samples * trained_share / (compute * COMPUTE_RATE) + (down_bytes + up_bytes) / (bandwidth * BANDWIDTH))
+    passes = n_samples * trained_share / (compute * COMPUTE_RATE)
+    return float(passes + (down_bytes + up_bytes) / (bandwidth * BANDWIDTH))
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ class AFedLF(Method):
         self.B = n_layers - 2
         depth = self.settings.max_depth
         if depth is not None and depth > self.B - 1:  # refused like FedTLU's k, never clamped
-            raise ValueError(f"method_args['max_depth'] of 'afedlf' must be at most {self.B - 1} (the model's {self.B} blocks less the "
-                             f"last, which always trains); got {depth}")
+            raise ValueError(f"method_args['max_depth'] of 'afedlf' must be at most {self.B - 1} (the model's "
+                             f"{self.B} blocks less the last, which always trains); got {depth}")
         self.max_depth = self.B - 1 if depth is None else depth
         self.compute, self.bandwidth = device_profiles(self.cfg)
         el = setup.flat.element_size
@@ -101,7 +102,8 @@ class AFedLF(Method):
     def begin_round(self, r: int, sampled: list[int]) -> None:
         super().begin_round(r, sampled)
         self.depths = {cid: self.depth_of(cid) for cid in sampled}
-        self.masks = {cid: None if f == 0 else (self.layer > f).to(self.s.flat.data.dtype) for cid, f in self.depths.items()}
+        dtype = self.s.flat.data.dtype
+        self.masks = {cid: None if f == 0 else (self.layer > f).to(dtype) for cid, f in self.depths.items()}
         self.round_seconds = max(self.time_of(cid, f) for cid, f in self.depths.items())
         self.hits = 0
         self.loss_before = {}

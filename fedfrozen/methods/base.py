@@ -13,9 +13,9 @@ buffers and the order of events; at each point where methods differ it calls a h
       begin_round(r, sampled)
       anchor_coeff()                              the local objective's prox weight this round
       per sampled client i, before it trains:
-        client_mask(r, i)                         finer per-client trainable mask over the flat vector (None: all trainable)
+        client_mask(r, i)                         finer per-client trainable mask over the flat vector (None: all)
         init_client(r, i, opt, mask)              client optimiser state / pre-training work (SCAFFOLD option I)
-        client_forward(r, i)                      None, or a forward(batch indices, inputs) replacing the model's (cached prefixes)
+        client_forward(r, i)                      None, or a forward(batch indices, inputs) replacing the model's
         correction(i)                             the local objective's gradient correction (SCAFFOLD, FedDyn)
       (the client trains; under the batched engine every client of a chunk passes the hooks above first)
       per sampled client i, after it trained, in the sampled order (the model holds its weights):
@@ -23,7 +23,7 @@ buffers and the order of events; at each point where methods differ it calls a h
         aggregate(acc, i, delta, weight)          fold the upload into the round's accumulator (in place)
         after_client(r, i, delta, steps, lr, mask)  client state from the update (control variates, caches)
         client_bytes(r, i, payload, trainable)    exact bytes down and up
-      server_update(r, x, acc, mask, sampled)     the server step on the aggregated update (not called when nobody joined)
+      server_update(r, x, acc, mask, sampled)     the server step on the aggregated update (not when nobody joined)
       on_round_end(r, row, history)               sees the History row; True stops the run
     on a federation (Flower) the server's replica runs the server-side hooks, each client's replica the client-side
     ones, and the split hooks carry what crosses: to_client(r, i) -> from_server on the client, client_state /
@@ -217,7 +217,7 @@ class Method:
 
     # --- local objective ----------------------------------------------------------------------
     def value_penalty(self, r: int) -> float:
-        """lambda of the value penalty this round: value_l2 once something is frozen (or always with value_l2_warmup)."""
+        """lambda of the value penalty this round: value_l2 once something is frozen (always with value_l2_warmup)."""
         frozen = bool(self.frozen_groups(r))
         return self.cfg.value_l2 if (frozen or self.cfg.value_l2_warmup) else 0.0
 

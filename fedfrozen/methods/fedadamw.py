@@ -81,10 +81,14 @@ class FedAdamW(Method):
         super().init_client(r, cid, opt, mask)
         pull = self.gamma / self._steps(cid)
         opt.configure_client(lr_scale=1 - self.gamma, weight_decay=self.cfg.weight_decay / (1 - self.gamma),
-                             after_step=(lambda: self.flat.data.add_(self.delta_bar, alpha=pull)) if self.gamma else None)
+                             after_step=self._pull(pull) if self.gamma else None)
         if self.shared:
             opt.start_from(self.v_bar[self.tensor_of], self.t)
         self.opt = opt
+
+    def _pull(self, pull: float):
+        """The per-step term along the last mean update: x += pull * delta_bar (pull = gamma / K)."""
+        return lambda: self.flat.data.add_(self.delta_bar, alpha=pull)
 
     def aggregate(self, acc: torch.Tensor, cid: int, delta: torch.Tensor, weight: float) -> None:
         super().aggregate(acc, cid, delta, weight)

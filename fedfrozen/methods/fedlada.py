@@ -100,7 +100,8 @@ def _act_step(opt, lr: float, delta_bar: torch.Tensor, K: int, alpha: float, tau
         m_hat = m / bc1
         dG = delta_bar[s] * (-1.0 / (K * lr)) if lr > 0 else torch.zeros_like(m)
         d = m_hat / (v.sqrt() / bc2 ** 0.5 + opt.rule.eps) + alpha * dG
-        agree = torch.sign(m_hat) * torch.sign(dG) * torch.minimum(torch.ones_like(dG), dG.abs() / (m_hat.abs() + opt.rule.eps))
+        ratio = dG.abs() / (m_hat.abs() + opt.rule.eps)
+        agree = torch.sign(m_hat) * torch.sign(dG) * torch.minimum(torch.ones_like(dG), ratio)
         tau = (0.5 * (1 + agree)).clamp_(tau_min, 1.0)
         trained = None if opt.mask is None else opt.mask[s]
         parts.append((p, d, tau, trained))

@@ -2,7 +2,8 @@
 
 **[recon]**: the paper's text was not available; this follows the rule reconstructed from its abstract.
 Clients fall into G groups (seeded, round-robin over a permutation) with ranks r_1 < ... < r_G
-(setting `ranks`; by default 1/6, 1/3 and 2/3 of the smallest body layer: 8, 16, 32 on vit_digits). Every linear layer of the transformer body (q, k, v, the attention projection, the MLP;
+(setting `ranks`; by default 1/6, 1/3 and 2/3 of the smallest body layer: 8, 16, 32 on vit_digits). Every linear
+layer of the transformer body (q, k, v, the attention projection, the MLP;
 not the classifier head, whose 10 outputs would cap every rank) is W = U S V' on the server, computed once
 per round; a client of group g starts the round from the rank-r_g truncation W_g of every such layer (the
 groups' subspaces are nested: all truncate the same SVD) and the other parameters as they are.
@@ -14,7 +15,8 @@ groups' subspaces are nested: all truncate the same SVD) and the other parameter
 Aggregation is FedAvg's data-weighted mean of the client models, which is within-group averaging of the
 adapters followed by the data-weighted fusion of the groups' reconstructions W_g + ΔW_g.
 Bytes: a client receives and holds the factors of its rank (r_g (m + n) floats per m x n layer, or the
-m n of the dense layer where that is fewer) and every other parameter; it sends its factors (no adapters) or its adapters (a (m + n) per layer) and the other
+m n of the dense layer where that is fewer) and every other parameter; it sends its factors (no adapters) or its
+adapters (a (m + n) per layer) and the other
 trained parameters. Each row records the parameter bytes a client of each group holds (`client_bytes_by_group`).
 With every rank = full and no adapters it is FedAvg up to float rounding (a test). The optional
 weak-to-strong distillation on a public split is not implemented. Sequential engine only (each client
@@ -97,8 +99,8 @@ class FedSLM(Method):
             raise ValueError(f"method_args['ranks'] {self.ranks}: a rank exceeds the smallest linear layer of the body "
                              f"(min(rows, cols) = {smallest})")
         if self.adapter > smallest:
-            raise ValueError(f"method_args['adapter_rank'] ({self.adapter}) exceeds the smallest linear layer of the body "
-                             f"({smallest})")
+            raise ValueError(f"method_args['adapter_rank'] ({self.adapter}) exceeds the smallest linear layer of "
+                             f"the body ({smallest})")
         perm = np.random.default_rng(seed_for("fedslm_groups", cfg.seed)).permutation(cfg.n_clients)
         self.group = np.empty(cfg.n_clients, dtype=np.int64)
         self.group[perm] = np.arange(cfg.n_clients) % len(self.ranks)

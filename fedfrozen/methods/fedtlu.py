@@ -62,8 +62,8 @@ class FedTLU(Method):
         self.layer, self.n_layers = layer_of_parameters(setup.model, setup.flat)
         k = self.settings.k if self.settings.k is not None else max(1, round(0.25 * self.n_layers))
         if not 1 <= k <= self.n_layers:
-            raise ValueError(f"method_args['k'] of {self.name!r} must be between 1 and the model's {self.n_layers} layers (embedding, "
-                             f"{self.n_layers - 2} blocks, head); got {k}")
+            raise ValueError(f"method_args['k'] of {self.name!r} must be between 1 and the model's {self.n_layers} "
+                             f"layers (embedding, {self.n_layers - 2} blocks, head); got {k}")
         self.k = k
         self.ranges = [torch.nonzero(self.layer == i).flatten() for i in range(self.n_layers)]
         self.scores = torch.full((self.n_layers,), math.nan)
@@ -77,7 +77,8 @@ class FedTLU(Method):
             return
         order = sorted(range(self.n_layers), key=lambda i: (-float(self.scores[i]), i))
         self.selected = sorted(order[:self.k])
-        self.mask = torch.isin(self.layer, torch.tensor(self.selected, device=self.layer.device)).to(self.s.flat.data.dtype)
+        chosen = torch.tensor(self.selected, device=self.layer.device)
+        self.mask = torch.isin(self.layer, chosen).to(self.s.flat.data.dtype)
 
     def client_mask(self, r: int, cid: int) -> torch.Tensor | None:
         return self.mask

@@ -98,7 +98,7 @@ class HeadPruning(Method):
     def sample_clients(self, r: int) -> list[int]:
         cfg = self.cfg
         m = cfg.clients_per_round or cfg.n_clients
-        if m >= cfg.n_clients or cfg.participation != "uniform":  # nothing to choose, or who joins is not ours to choose
+        if m >= cfg.n_clients or cfg.participation != "uniform":  # nothing to choose, or who joins is not ours
             return super().sample_clients(r)
         rng = np.random.default_rng(seed_for("head_pruning", cfg.seed, r))
         score = torch.nan_to_num(self.importance, nan=math.inf).tolist()  # never seen: first

@@ -167,7 +167,8 @@ for _name, _comp, _summary in _PRESETS:
     register(_name, Method, summary=_summary, **_comp)
 register("fedadamw", FedAdamW, summary="FedAdamW: local AdamW from the server's per-tensor v and step count, "
          "pulled along the last mean update")
-register("fedlada", FedLADA, summary="FedLADA: Adam with coupled decay, pulled along the last mean update; full v averaged")
+register("fedlada", FedLADA,
+         summary="FedLADA: Adam with coupled decay, pulled along the last mean update; full v averaged")
 register("fedact", FedACT, summary="FedACT [recon]: FedAdamW's step scaled coordinate-wise by local/global trust")
 register("fedslm", FedSLM, summary="FedSLM [recon]: client groups hold rank-r_g SVD truncations; fused by FedAvg")
 register("mifa", MIFA, summary="MIFA: the data-weighted mean of every client's latest update, stale ones reused")
