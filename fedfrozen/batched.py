@@ -35,7 +35,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from . import augment
-from .flat import UpdateRule, merged_slices
+from .flat import UpdateRule, mask_slices
 from .local import autocast, draw_batches, grad_terms
 
 __all__ = ["EntryMap", "unsupported", "train_chunk", "chunk_size", "MEMORY_BUDGET"]
@@ -57,12 +57,13 @@ def unsupported(method, model: nn.Module) -> str | None:
 
 
 class EntryMap:
-    """Where each parameter lives in the stacked trainable entries or the shared frozen ones, for one stage."""
+    """Where each parameter lives in the stacked trainable entries or the shared frozen ones, for one stage (the
+    entries its trainable mask keeps, and the rest)."""
 
-    def __init__(self, model: nn.Module, flat, trainable_groups, frozen_groups):
+    def __init__(self, model: nn.Module, flat, mask: torch.Tensor):
         self.flat = flat
-        self.tslices = merged_slices(flat, trainable_groups)
-        self.fslices = merged_slices(flat, frozen_groups)
+        self.tslices = mask_slices(mask)  # the stage's trainable mask decides (fedfrozen.flat.mask_slices)
+        self.fslices = mask_slices(mask == 0)
         self.nt = sum(s.stop - s.start for s in self.tslices)
         shapes = {n: p.shape for n, p in model.named_parameters()}
         self.trainable, self.frozen = [], []  # (name, shape, start, stop) in the trainable / frozen vector

@@ -14,15 +14,15 @@ import torch
 import torch.nn.functional as F
 
 from . import augment
-from .flat import FlatOptimizer, FlatParams, merged_slices
-from .qkv import GROUPS
+from .flat import FlatOptimizer, FlatParams, mask_slices
 
 __all__ = ["make_optimizer", "batches", "draw_batches", "autocast", "grad_terms", "train"]
 
 
-def make_optimizer(cfg, flat: FlatParams, groups=GROUPS) -> FlatOptimizer:
-    """The local optimiser over the given (trainable) groups of the flat buffer."""
-    return FlatOptimizer(flat, merged_slices(flat, groups), cfg.optimizer, weight_decay=cfg.weight_decay,
+def make_optimizer(cfg, flat: FlatParams, mask=None) -> FlatOptimizer:
+    """The local optimiser over the entries the stage's trainable `mask` keeps (None: every entry)."""
+    slices = [slice(0, flat.numel)] if mask is None else mask_slices(mask)
+    return FlatOptimizer(flat, slices, cfg.optimizer, weight_decay=cfg.weight_decay,
                          momentum=cfg.momentum)
 
 

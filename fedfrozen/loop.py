@@ -200,7 +200,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         raise ValueError(batched.unsupported(method, torch.nn.Module()) + "; use engine='sequential' or 'auto'")
     s, rnd, hist, start = start_up(cfg, method, train, test, resume_from)
     clients = LocalTraining(s, method, _resolve_engine(cfg, method, s.model))  # the clients' side, in this process
-    clients.configure(rnd.current)
+    clients.configure(rnd.mask)  # the stage's trainable mask decides what moves
     last_save = time.perf_counter()
 
     bar = _progress(range(start, cfg.rounds), progress)
@@ -209,7 +209,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         # 1. open the round: stage switch, lr, value penalty, the sampled clients
         plan = rnd.open(r)
         if plan.switched:
-            clients.configure(plan.frozen)  # the new stage's frozen groups and a fresh local optimiser
+            clients.configure(plan.mask)  # the new stage's trainable mask and a fresh local optimiser
 
         # 2. local training, each client folded into the round as it finishes, in the sampled order
         for c in clients.train(plan, rnd.x):

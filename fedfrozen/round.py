@@ -1,9 +1,9 @@
 """One federated round in phases, shared by `fedfrozen.loop.run` and the Flower strategy (fedfrozen.flower.server).
 
     s, method, rnd, hist, first = loop.start_up(cfg, method)   # the same start for both (fresh or resumed)
-    clients.configure(rnd.current)                             # the clients' side of the stage (loop only)
+    clients.configure(rnd.mask)                                # the clients' side of the stage (loop only)
     plan = rnd.open(r)                                         # stage switch, lr, value penalty, sampling
-    if plan.switched: clients.configure(plan.frozen)           # freeze, fresh local optimiser
+    if plan.switched: clients.configure(plan.mask)             # what trains, fresh local optimiser
     for c in clients.train(plan, rnd.x):                       # local training (either engine), in sampled order
         rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)   # upload, aggregate, drift sums
         clients.after(plan, c, rnd.delta)                      # the client's state from its update
@@ -202,15 +202,13 @@ class LocalTraining:
     def __init__(self, s, method, use_batched: bool):
         self.s, self.method, self.use_batched = s, method, use_batched
 
-    def configure(self, frozen: tuple) -> None:
-        """Freeze `frozen`, rebuild the optimiser (and layout) over the trainable parameters."""
+    def configure(self, mask: torch.Tensor) -> None:
+        """The stage's trainable `mask` (Round.mask, Plan.mask) decides what moves: requires_grad, the local
+        optimiser's slices (a fresh state) and, under the batched engine, its entries all follow from it."""
         s = self.s
-        qkv.unfreeze(s.model, *qkv.GROUPS)
-        if frozen:
-            qkv.freeze(s.model, *frozen)
-        trainable = [g for g in qkv.GROUPS if g not in frozen]
-        self.opt = local.make_optimizer(s.cfg, s.flat, trainable)
-        self.layout = batched.EntryMap(s.model, s.flat, trainable, frozen) if self.use_batched else None
+        s.flat.train_only(s.model, mask)
+        self.opt = local.make_optimizer(s.cfg, s.flat, mask)
+        self.layout = batched.EntryMap(s.model, s.flat, mask) if self.use_batched else None
 
     def _prepare(self, plan: Plan, cid: int, j: int, x: torch.Tensor) -> ClientWork:
         """The hooks before client `cid` trains; the model holds the global weights, the optimiser a fresh state."""

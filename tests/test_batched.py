@@ -87,7 +87,7 @@ def test_a_finished_client_does_not_move(setups):
     s = loop.prepare(cfg)
     steps = [-(-len(t) // 8) for t in s.client_train]
     assert len(set(steps)) == 2, steps
-    layout = batched.EntryMap(s.model, s.flat, ff.qkv.GROUPS, ())
+    layout = batched.EntryMap(s.model, s.flat, s.flat.mask(ff.qkv.GROUPS))
     opt = local.make_optimizer(cfg, s.flat)
     x0 = s.flat.data.clone()
 

@@ -99,3 +99,23 @@ def test_the_optimisers_client_entry_points():
     sgd = FlatOptimizer(qkv_free, slices, "sgd")
     with pytest.raises(ValueError, match="SGD; it has no second moments"):
         sgd.start_from(full, 1)
+
+
+def test_the_trainable_mask_decides_what_moves():
+    """requires_grad, the optimiser's slices and the batched engine's entries all follow from one mask; for whole
+    groups its slices are merged_slices of the groups."""
+    from fedfrozen.flat import mask_slices
+
+    model = _model()
+    flat = FlatParams(model)
+    for trainable in ([g for g in ff.qkv.GROUPS if g != "qk"], ["qk", "mlp"], ["v"], list(ff.qkv.GROUPS)):
+        mask = flat.mask(trainable)
+        assert mask_slices(mask) == merged_slices(flat, trainable)
+        frozen = [g for g in ff.qkv.GROUPS if g not in trainable]
+        assert mask_slices(mask == 0) == merged_slices(flat, frozen)
+        flat.train_only(model, mask)
+        groups = ff.qkv.param_groups(model)
+        for g in ff.qkv.GROUPS:
+            assert all(dict(model.named_parameters())[n].requires_grad == (g in trainable) for n in groups[g]), g
+    assert mask_slices(torch.tensor([0.0, 1, 1, 0, 1])) == [slice(1, 3), slice(4, 5)]
+    assert mask_slices(torch.zeros(3)) == []

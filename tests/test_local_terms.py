@@ -54,7 +54,7 @@ def _one_step(cfg, anchor_coeff, value_l2=0.0, engine="sequential"):
         local.train(s, opt, cfg.lr, s.client_train[0], gen, steps=1, anchor=x0, anchor_coeff=anchor_coeff,
                     value_l2=value_l2, value_mode="prox")
         return s.flat.data.clone()
-    layout = batched.EntryMap(s.model, s.flat, ff.qkv.GROUPS, ())
+    layout = batched.EntryMap(s.model, s.flat, s.flat.mask(ff.qkv.GROUPS))
     client = SimpleNamespace(idx=s.client_train[0], gen=gen, correction=None, mask=None)
     trained = batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, [client], anchor_coeff=anchor_coeff,
                                   value_l2=value_l2, value_mode="prox")

@@ -65,8 +65,8 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
     method.load_client_state(cid, kept or {})
     method.begin_round(r, sampled)
     training = LocalTraining(s, method, use_batched=False)
-    training.configure(frozen)
     trainable = [g for g in qkv.GROUPS if g not in frozen]
+    training.configure(flat.mask(trainable))
     mask = (sent or {}).get("mask")
     plan = Plan(r=r, frozen=frozen, lr=float(conf["lr"]), value_l2=float(conf["value-l2"]), sampled=[cid],
                 weights=np.ones(1), anchor_coeff=float(conf["proximal-mu"]), switched=False, mask=flat.mask(trainable),
