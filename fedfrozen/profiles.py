@@ -124,8 +124,14 @@ REGIMES = {
 #                        fedfrozen 3e-4 0.378, 1e-3 0.535, 3e-3 0.585, 1e-2 0.544 -> 3e-3
 #   constant_pretrained  fedavg    3e-4 0.661, 1e-3 0.684, 3e-3 0.647, 1e-2 0.557 -> 1e-3
 #                        fedfrozen 3e-4 0.653, 1e-3 0.678, 3e-3 0.637, 1e-2 0.558 -> 1e-3
+# The related systems of notebook 09 in the pretrained regime (`... --regime pretrained afedlf fedtlu head_pruning`):
+#   pretrained           afedlf    3e-4 0.594, 1e-3 0.672, 3e-3 0.742, 1e-2 0.688 -> 3e-3
+#                        fedtlu    3e-4 0.457, 1e-3 0.528, 3e-3 0.577, 1e-2 0.648, 3e-2 0.476 -> 1e-2 (3e-2 tried: the
+#                                  grid's edge had won)
+#                        head_pruning 3e-4 0.458, 1e-3 0.724, 3e-3 0.737, 1e-2 0.700 -> 3e-3
 # More local work takes the rates of its start (local5: scratch's CPU_LR; local5_pretrained: pretrained's).
-REGIME_LR = {"pretrained": {"fedavg": 3e-3, "fedfrozen": 3e-3}, "constant": {"fedavg": 1e-3, "fedfrozen": 3e-3},
+REGIME_LR = {"pretrained": {"fedavg": 3e-3, "fedfrozen": 3e-3, "afedlf": 3e-3, "fedtlu": 1e-2, "head_pruning": 3e-3},
+             "constant": {"fedavg": 1e-3, "fedfrozen": 3e-3},
              "constant_pretrained": {"fedavg": 1e-3, "fedfrozen": 1e-3}}
 REGIME_LR_FROM = {"local5": "scratch", "local5_pretrained": "pretrained"}
 CPU_SGD_LR_GRID = (1e-2, 3e-2, 1e-1, 3e-1, 1.0)
