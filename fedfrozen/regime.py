@@ -115,10 +115,14 @@ GRIDS = {
     # start at alpha 0.1
     "coarse": tuple(grid(alphas=(0.1, 0.5), local_epochs=(1,), fractions=(0.25, 0.5), starts=("scratch",)))
     + (Cell(0.1, 5, "scratch", 0.5), Cell(0.1, 1, "warm", 0.5)),
-    # the regimes of notebook 03's section 2 at alpha 0.1, T0/T = 0.25 (its runs, through the cache): a pretrained
-    # start, a constant rate, both
-    "regimes": (Cell(0.1, 1, "pretrained", 0.25), Cell(0.1, 1, "scratch", 0.25, "constant"),
-                Cell(0.1, 1, "pretrained", 0.25, "constant")),
+    # the regime cells of notebooks 03-04's sections 2 (their runs, through the cache): at alpha 0.1, a pretrained
+    # start (T0/T 0, 0.25, 0.5; and at alpha 0.5), a constant rate and both (T0/T 0.25, 0.5), five local epochs from
+    # scratch and pretrained (T0/T 0.25)
+    "regimes": (Cell(0.1, 1, "pretrained", 0.0), Cell(0.1, 1, "pretrained", 0.25), Cell(0.1, 1, "pretrained", 0.5),
+                Cell(0.5, 1, "pretrained", 0.25),
+                Cell(0.1, 1, "scratch", 0.25, "constant"), Cell(0.1, 1, "scratch", 0.5, "constant"),
+                Cell(0.1, 1, "pretrained", 0.25, "constant"), Cell(0.1, 1, "pretrained", 0.5, "constant"),
+                Cell(0.1, 5, "scratch", 0.25), Cell(0.1, 5, "pretrained", 0.25)),
     # the paper profile's: every image is a client's there, so a pretrained start (which needs images no client holds,
     # Config.train_subset) is not in it
     "full": tuple(grid(alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=(1, 5), fractions=(0.25, 0.5, 0.75),

@@ -25,11 +25,12 @@ def test_coarse_grid_is_a_subset_of_the_full_grid():
     assert set(regime.grid("coarse")) <= set(regime.grid("full"))
 
 
-def test_grids_join_with_a_plus_and_the_regime_cells_are_notebook_03s():
+def test_grids_join_with_a_plus_and_the_regime_cells_are_notebooks_03_04s():
     joined = regime.grid("coarse+regimes")
     assert joined == regime.grid("coarse") + regime.grid("regimes")
-    assert {(c.start, c.schedule) for c in regime.grid("regimes")} == {
-        ("pretrained", None), ("scratch", "constant"), ("pretrained", "constant")}
+    assert {(c.start, c.schedule, c.local_epochs) for c in regime.grid("regimes")} == {
+        ("pretrained", None, 1), ("scratch", "constant", 1), ("pretrained", "constant", 1), ("scratch", None, 5),
+        ("pretrained", None, 5)}  # notebook 03's regimes (five epochs: local5 and local5_pretrained)
     with pytest.raises(ValueError, match="grid must be one of"):
         regime.grid("coarse+huge")
 
@@ -190,15 +191,23 @@ def test_each_cell_takes_the_rates_selected_for_its_regime():
         assert lr("fedfrozen", cell) == ff.profiles.REGIME_LR[name]["fedfrozen"]
 
 
-def test_the_map_and_notebook_03_build_the_same_runs():
-    """A regime cell of the map is the very config of notebook 03's section 2 (same cache key: no retraining)."""
+def test_the_map_and_notebooks_03_04_build_the_same_runs():
+    """A regime cell of the map is the very config of notebooks 03-04's sections 2 (same cache key: no retraining)."""
     from fedfrozen.experiments import config_key
 
     base = ff.profiles.federated("cpu")
     runs = regime.build_runs(regime.grid("regimes"), base, seeds=[3], lrs=regime.selected_lrs("cpu"))
-    for name in ("pretrained", "constant", "constant_pretrained"):
+    keys = {config_key(r.cfg) for r in runs}
+    for name in ("pretrained", "constant", "constant_pretrained", "local5", "local5_pretrained"):
         lrs = ff.profiles.regime_learning_rates(name, ["fedavg", "fedfrozen"])
         for m in ("fedavg", "fedfrozen"):
             nb03 = ff.Config(method=m, seed=3, partition="dirichlet", alpha=0.1,
                              **{**base, **ff.profiles.regime_fields(name), "lr": lrs[m]})
-            assert config_key(nb03) in {config_key(r.cfg) for r in runs}
+            assert config_key(nb03) in keys, name
+    # notebook 04's section 2: FedFrozen at T0 = 0 and T/2 from the pretrained start (T0 = round(fraction * T))
+    lr = ff.profiles.regime_learning_rates("pretrained", ["fedfrozen"])["fedfrozen"]
+    for fraction in (0.0, 0.5):
+        nb04 = ff.Config(method="fedfrozen", seed=3, partition="dirichlet", alpha=0.1,
+                         **{**base, **ff.profiles.regime_fields("pretrained"), "lr": lr,
+                            "warmup_rounds": int(round(fraction * base["rounds"]))})
+        assert config_key(nb04) in keys, fraction
