@@ -33,8 +33,8 @@ from pathlib import Path
 from .io import project_root
 
 __all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "REGIME_LR", "REGIMES",
-           "PRETRAINED_START", "regime_fields", "regime_learning_rates", "CPU_SCALE", "CPU_ROUNDS", "CPU_WARMUP",
-           "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
+           "PRETRAINED_START", "regime_fields", "regime_setup", "regime_learning_rates", "CPU_SCALE", "CPU_ROUNDS",
+           "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
 
 PROFILES = ("smoke", "cpu", "paper")
@@ -266,3 +266,16 @@ def regime_fields(name: str) -> dict:
     if name not in REGIMES:
         raise ValueError(f"regime must be one of {', '.join(REGIMES)}; got {name!r}")
     return dict(REGIMES[name])
+
+
+def regime_setup(profile: str, base: dict, name: str) -> dict | None:
+    """The Config fields of regime `name` over a profile's fields `base` (`federated`), as the notebooks' regime
+    sections run it, or None where the profile cannot: a pretrained start needs training images no client holds
+    (`train_subset`), and the paper profile gives the clients every image. The smoke profile's digits take a
+    1,000-image federation and one pre-training epoch."""
+    fields = {**base, **regime_fields(name)}
+    if select(profile, smoke=True, cpu=False, paper=False):
+        fields.update(train_subset=1000, pretrain_epochs=1)
+    if fields.get("init") == "pretrained" and fields.get("train_subset") is None:
+        return None
+    return fields

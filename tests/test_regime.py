@@ -180,6 +180,19 @@ def test_regimes_are_config_fields_and_their_rates_come_from_the_selection():
         ff.profiles.regime_learning_rates("cold", ["fedavg"])
 
 
+def test_a_regime_over_each_profile_or_none_where_it_cannot_run():
+    cpu = ff.profiles.federated("cpu")
+    assert ff.profiles.regime_setup("cpu", cpu, "constant_pretrained") == {**cpu, "init": "pretrained",
+                                                                          "lr_schedule": "constant"}
+    smoke = ff.profiles.regime_setup("smoke", ff.profiles.federated("smoke"), "pretrained")
+    assert (smoke["train_subset"], smoke["pretrain_epochs"]) == (1000, 1)  # digits: images no client holds
+    paper = ff.profiles.federated("paper")
+    assert ff.profiles.regime_setup("paper", paper, "pretrained") is None  # every image is a client's
+    assert ff.profiles.regime_setup("paper", paper, "constant")["lr_schedule"] == "constant"
+    with pytest.raises(ValueError, match="regime must be one of"):
+        ff.profiles.regime_setup("cpu", cpu, "frozen")
+
+
 def test_each_cell_takes_the_rates_selected_for_its_regime():
     lr = regime.selected_lrs("cpu")
     assert lr("fedavg", regime.Cell(0.1, 1, "scratch", 0.25)) == ff.profiles.CPU_LR["fedavg"]

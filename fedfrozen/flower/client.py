@@ -66,10 +66,11 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
     method.begin_round(r, sampled)
     training = LocalTraining(s, method, use_batched=False)
     trainable = [g for g in qkv.GROUPS if g not in frozen]
-    training.configure(flat.mask(trainable))
+    stage_mask = flat.mask(trainable)
+    training.configure(stage_mask)
     mask = (sent or {}).get("mask")
     plan = Plan(r=r, frozen=frozen, lr=float(conf["lr"]), value_l2=float(conf["value-l2"]), sampled=[cid],
-                weights=np.ones(1), anchor_coeff=float(conf["proximal-mu"]), switched=False, mask=flat.mask(trainable),
+                weights=np.ones(1), anchor_coeff=float(conf["proximal-mu"]), switched=False, mask=stage_mask,
                 trainable_bytes=flat.group_bytes(trainable),
                 masks={} if mask is None else {cid: mask.to(flat.data.dtype)})  # else: the client's own client_mask
     (c,) = training.train(plan, x_global)  # the loop's local step, hooks included
