@@ -50,6 +50,8 @@ class Config:
     partition: str = setting("dirichlet", "iid | dirichlet | shards | quantity", choices=PARTITIONS)
     alpha: float = setting(0.5, "Dirichlet concentration (label skew; beta for quantity skew)", lo=0, lo_open=True)
     classes_per_client: int = setting(2, 'classes per client for partition="shards"', lo=1)
+    min_client_samples: int = setting(2, "dirichlet | quantity: the fewest images a client may be dealt (the draw "
+                                      "is repeated until every client has them)", lo=1)
     n_clients: int = setting(10, "number of clients N", lo=1)
     clients_per_round: int | None = setting(None, "|S| sampled per round (None: all clients)", lo=1)
     participation: str = setting("uniform", "full | uniform (clients_per_round drawn each round) | skewed "
