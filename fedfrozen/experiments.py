@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 
 from .history import History
-from .io import atomic_dir, dry_run_settings, file_lock, project_root
+from .io import atomic_dir, dry_run_settings, file_lock, log_run, project_root
 from .loop import CheckpointError, run
 
 __all__ = ["run_or_load", "run_many", "config_key", "results_root", "CHECKPOINT_SECONDS", "CheckpointError",
@@ -218,9 +218,11 @@ def run_or_load(cfg, root=None, experiment: str = "default", force: bool = False
 
     try:
         with file_lock(folder.parent / f".{key}.lock", wait=wait, on_wait=waiting, remove=True):
-            return _run_or_load_locked(cfg, folder, force, progress, checkpoint_seconds)
+            hist = _run_or_load_locked(cfg, folder, force, progress, checkpoint_seconds)
     except BlockingIOError:
         raise RunningElsewhere(f"another process is training this config ({folder}); not waiting") from None
+    log_run(key, experiment, hist.cached, sum(row.get("seconds") or 0.0 for row in hist.rows))
+    return hist
 
 
 def _run_or_load_locked(cfg, folder: Path, force: bool, progress: bool, checkpoint_seconds: float) -> History:

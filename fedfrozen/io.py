@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import platform
 import shutil
@@ -19,10 +20,11 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "project_root", "notebooks", "DRY_RUN_ENV",
-           "dry_run_settings", "THREADS_ENV", "threads_setting", "use_threads"]
+           "dry_run_settings", "THREADS_ENV", "threads_setting", "use_threads", "RUN_LOG_ENV", "log_run"]
 
 THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
+RUN_LOG_ENV = "FEDFROZEN_RUN_LOG"  # a JSON-lines file: one line per run a process loads or trains (tools/budget.py)
 # Arguments of every notebook kernel the project starts (reproduce, dry-run, tools/refresh_outputs.py): the kernel's
 # own log (not the notebook's outputs, and not Python warnings of its cells) shows errors only, so its start-up line
 # "Kernel is running over TCP without encryption" (the kernel and its client both listen on 127.0.0.1 here) is not
@@ -185,8 +187,6 @@ def notebooks(only: str | None = None) -> list[Path]:
 def dry_run_settings() -> dict | None:
     """The settings of a running `fedfrozen dry-run` in this process (log, rounds, model_kwargs, one_seed,
     notebook), or None. Only fedfrozen.dryrun sets them, in the notebook kernels it starts."""
-    import json
-
     text = os.environ.get(DRY_RUN_ENV)
     return json.loads(text) if text else None
 
@@ -219,3 +219,15 @@ def use_threads(default: int = 1) -> int:
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+def log_run(key: str, experiment: str, cached: bool, seconds: float) -> None:
+    """Append one line {key, experiment, cached, seconds} to the file named by FEDFROZEN_RUN_LOG, if it is set:
+    which runs a notebook uses and how long each took to train (the sum of its rounds' seconds, measured when it
+    was trained), read by tools/budget.py. Nothing when the variable is unset."""
+    path = os.environ.get(RUN_LOG_ENV)
+    if not path:
+        return
+    line = json.dumps({"key": key, "experiment": experiment, "cached": bool(cached), "seconds": float(seconds)})
+    with open(path, "a") as f:  # one short append per run: whole lines even from several processes
+        f.write(line + "\n")

@@ -11,7 +11,11 @@ meets must be in `LAYOUTS` (keyed by the class's module path and name), which gi
 - per-head widths where they differ (`widths`: keys narrower than values in TinyViT, EfficientFormer);
 - projections kept apart (`separate`: role -> child name), and which other parameters shape the
   attention weights (`qk`: position biases on the logits, temperatures, latent queries), carry the
-  values (`v`) or gate the output (`out`).
+  values (`v`) or gate the output (`out`);
+- for a parallel block (ViT-22B's, timm's ParallelScalingBlock: attention and MLP side by side on one
+  input), the rows of the fused projection that are the MLP's input before Q, K and V (`mlp_rows`), the
+  block's other MLP parameters (`mlp`), and what serves both (`other`: a fused output projection whose
+  columns take the attention's output and the MLP's together).
 A class that cannot be split without changing what it computes is `Refused` with the reason. A new
 class is one entry: `register(cls, Layout(...))`. docs/attention_layouts.md lists the families.
 """
@@ -42,6 +46,10 @@ class Layout:
     post_softmax: tuple = ()  # qk parts applied after the softmax (talking heads): weights need not sum to 1
     token_kernel: bool = True  # logits are q . k over tokens: attention_kernels reports W_Q,h^T W_K,h
     query_in_output: tuple = ()  # qk parts whose query is also added to the output (MViTv2's residual pooling)
+    mlp_rows: Callable | None = None  # module -> rows of the fused projection before Q/K/V that feed an MLP
+    mlp: tuple = ()    # ... that are an MLP's (a parallel block's MLP bias and output projection)
+    other: tuple = ()  # ... that serve the attention and the MLP together (group "other": frozen only if named)
+    residual: bool = False  # the module is a whole block: it adds its input to its output
 
     def num_heads(self, module) -> int:
         return int(self.heads(module) if callable(self.heads) else getattr(module, self.heads, 1) or 1)
@@ -94,6 +102,19 @@ def _mvitv2(module):  # residual pooling adds the pooled query to the output: Q 
                   query_in_output=residual)
 
 
+def _parallel_block(**kw):
+    """timm's parallel blocks (ViT-22B): in_proj rows [MLP input | Q | K | V] (split sizes `in_split`), the MLP's
+    bias and output projection beside the attention's; with a fused output projection (DiffParallelScalingBlock,
+    fuse_out_proj=True) its columns take the attention's output and the MLP's together, so it is "other"."""
+    return Layout(proj="in_proj", mlp_rows=lambda m: m.in_split[0], mlp=("mlp_bias", "mlp_out_proj"),
+                  out=("attn_out_proj",), other=("out_proj",), residual=True, **kw)
+
+
+# Differential attention: softmax(Q1 K1^T) - lambda softmax(Q2 K2^T), two half-width query/key heads per value
+# head; lambda (from these parameters) mixes the two maps after the softmax, so it shapes the attention weights
+_DIFF_LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_a", "lambda_b")
+_DIFF = dict(heads=lambda m: 2 * m.num_heads, qk=_DIFF_LAMBDAS, post_softmax=_DIFF_LAMBDAS)
+
 _SEPARATE_QKV = Layout(proj=None, separate=dict(q="q", k="k", v="v"), qk=_LOGIT_BIASES)
 _Q_PLUS_KV = Layout(proj="kv", roles=("k", "v"), separate=dict(q="q"), qk=_LOGIT_BIASES)
 
@@ -103,7 +124,13 @@ LAYOUTS: dict[str, Layout | Refused | Callable] = {
     # ViT, DeiT, CrossViT, MobileViT, NaFlexViT, CSATv2 (timm.layers.attention)
     "timm.layers.attention.Attention": _timm_attention,
     "timm.layers.attention.AttentionRope": _timm_attention,
+    "timm.layers.diff_attention.DiffAttention": Layout(**_DIFF),
+    "timm.models.vision_transformer.ParallelScalingBlock": _parallel_block(),
+    "timm.models.vision_transformer.DiffParallelScalingBlock": _parallel_block(**_DIFF),
     "timm.models.beit.Attention": _BIASED,
+    # LowFormer, CPUBone: a strided depthwise conv, then a 1x1 conv whose channels are (heads, [q | k | v])
+    "timm.models.lowformer.ConvAttention": Layout(proj="pwise", arrange="heads", out=("o_proj", "upsampling")),
+    "timm.models.cpubone.ConvAttention": Layout(proj="pwise", arrange="heads", out=("o_proj", "upsampling")),
     "timm.models.eva.EvaAttention": _eva,
     "timm.models.swin_transformer.WindowAttention": _STANDARD,
     "timm.models.swin_transformer_v2.WindowAttention": _BIASED,
@@ -169,6 +196,12 @@ LAYOUTS: dict[str, Layout | Refused | Callable] = {
     "timm.models.iformer.SHMA": Refused("single-head modulation attention with conv+BatchNorm projections; "
                                         "not yet described"),
     "timm.models.shvit.SHSA": Refused("single-head attention on a channel split, its qkv a conv+BatchNorm stack"),
+    "timm.models.efficientvit_msra.CascadedGroupAttention": Refused(
+        "cascaded group attention: each head's q/k/v come from its own conv+BatchNorm (qkvs), fed the previous "
+        "head's output, its query through a depthwise conv; not yet described"),
+    "timm.models.swiftformer.EfficientAdditiveAttention": Refused(
+        "additive attention: a learnt vector pools the queries into one global query that multiplies the keys "
+        "element-wise; there is no Q K^T kernel"),
     "timm.layers.lambda_layer.LambdaLayer": Refused("lambda layers: keys are normalised over positions and "
                                                     "no attention weights are formed"),
 }

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from .io import project_root
 
-__all__ = ["select", "federated", "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "REGIME_LR", "REGIMES",
+__all__ = ["select", "federated", "dirichlet_fields", "SPARSE_ALPHA",
+           "arm", "SELECTED_LR", "CPU_LR", "REGIME_LR_GRID", "REGIME_LR", "REGIMES",
            "PRETRAINED_START", "regime_fields", "regime_setup", "regime_learning_rates", "CPU_SCALE", "CPU_ROUNDS",
            "CPU_WARMUP", "CPU_CENTRALISED", "learning_rates", "PAPER_DATASETS", "PROFILES", "data_root",
            "PAPER_RECIPE", "PAPER_DEFAULT_LR", "PAPER_LR_GRID", "paper_lr_file", "paper_learning_rates"]
@@ -259,6 +260,21 @@ def regime_learning_rates(regime: str, methods, overrides: dict | None = None, p
         selected = REGIME_LR.get(REGIME_LR_FROM.get(regime, regime), {})
         rates.update({m: selected[m] for m in methods if m in selected and m not in (overrides or {})})
     return rates
+
+
+# Below this Dirichlet alpha the NIID-Bench draw cannot give each of the cpu profile's 100 clients (10,800 images)
+# two images (every one of its bounded redraws leaves a client with fewer): such cells allow one (Config field
+# min_client_samples; the same scheme and clients otherwise). The default, 2, is every other cell's partition.
+SPARSE_ALPHA = 0.1
+
+
+def dirichlet_fields(alpha: float) -> dict:
+    """Config fields of a Dirichlet(alpha) federation as the notebooks draw it: below SPARSE_ALPHA a client may
+    hold a single image (min_client_samples=1), else the default minimum of two."""
+    fields = {"partition": "dirichlet", "alpha": float(alpha)}
+    if alpha < SPARSE_ALPHA:
+        fields["min_client_samples"] = 1
+    return fields
 
 
 def regime_fields(name: str) -> dict:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layouts import PROJECTION_NAMES, Layout, Refused, class_path, lookup
+from .layouts import LAYOUTS, PROJECTION_NAMES, Layout, Refused, class_path, lookup
 
 __all__ = ["SplitQKV", "SplitMultiheadAttention", "split_qkv", "merge_qkv", "param_groups",
            "group_sizes", "freeze", "unfreeze", "trainable_state", "load_trainable",
@@ -35,14 +35,16 @@ class SplitQKV(nn.Module):
     own row order, are the fused output.
 
     `q`, `k`, `v` hold the rows of each role, head after head (a K/V-only projection has no `q`);
-    `order` (None where the parts simply follow each other) puts the concatenated rows back in the
-    fused order; `conv` marks a 1x1 Conv2d projection. `rows[role]` are the fused rows of each part.
+    `mlp` the rows that feed an MLP in a parallel block (else None); `order` (None where the parts
+    simply follow each other) puts the concatenated rows back in the fused order; `conv` marks a 1x1
+    Conv2d projection. `rows[role]` are the fused rows of each part.
     """
 
     def __init__(self, q: nn.Linear | None, k: nn.Linear, v: nn.Linear, num_heads: int | None = None,
-                 order: torch.Tensor | None = None, conv: bool = False, token_kernel: bool = True, rows=None):
+                 order: torch.Tensor | None = None, conv: bool = False, token_kernel: bool = True, rows=None,
+                 mlp: nn.Linear | None = None):
         super().__init__()
-        self.q, self.k, self.v = q, k, v
+        self.q, self.k, self.v, self.mlp = q, k, v, mlp
         self.num_heads, self.conv, self.token_kernel = num_heads, conv, token_kernel
         self.register_buffer("order", order, persistent=False)
         self.rows = rows
@@ -63,7 +65,7 @@ class SplitQKV(nn.Module):
         rows = _rows(layout, module, weight.shape[0], heads or 1, name)
         kw = dict(device=weight.device, dtype=weight.dtype)
         parts = {}
-        for role in ("q", "k", "v"):
+        for role in _PARTS:
             if role not in rows:
                 parts[role] = None
                 continue
@@ -74,13 +76,13 @@ class SplitQKV(nn.Module):
                 if fused.bias is not None:
                     lin.bias.copy_(fused.bias[idx])
             parts[role] = lin
-        concat = torch.cat([rows[r] for r in ("q", "k", "v") if r in rows])
+        concat = torch.cat([rows[r] for r in _PARTS if r in rows])
         order = None if torch.equal(concat, torch.arange(len(concat))) else torch.argsort(concat).to(weight.device)
         return cls(parts["q"], parts["k"], parts["v"], num_heads=heads, order=order, conv=conv,
-                   token_kernel=layout.token_kernel and "q" in rows, rows=rows)
+                   token_kernel=layout.token_kernel and "q" in rows, rows=rows, mlp=parts["mlp"])
 
     def _parts(self):
-        return [p for p in (self.q, self.k, self.v) if p is not None]
+        return [p for p in (self.q, self.k, self.v, self.mlp) if p is not None]
 
     def to_fused(self) -> nn.Module:
         w = self.weight
@@ -123,9 +125,17 @@ class SplitQKV(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
+_PARTS = ("q", "k", "v", "mlp")  # SplitQKV's parts, in the order their rows are concatenated
+
+
 def _rows(layout: Layout, module, n_rows: int, heads: int, name: str) -> dict[str, torch.Tensor]:
-    """{role: the fused projection's rows of that role, head after head} by the layout."""
+    """{role: the fused projection's rows of that role, head after head} by the layout (and "mlp": the rows before
+    them that feed a parallel block's MLP)."""
     roles = layout.roles
+    lead = int(layout.mlp_rows(module)) if layout.mlp_rows is not None else 0
+    if not 0 <= lead < n_rows:
+        raise TypeError(f"{name}: its {layout.proj} has {n_rows} output rows; the layout puts {lead} before Q/K/V")
+    n_rows -= lead
     widths = tuple(layout.widths(module)) if layout.widths is not None else None
     if widths is None:
         if n_rows % (len(roles) * heads):
@@ -135,12 +145,13 @@ def _rows(layout: Layout, module, n_rows: int, heads: int, name: str) -> dict[st
     if heads * sum(widths) != n_rows:
         raise TypeError(f"{name}: its {layout.proj} has {n_rows} output rows; the layout expects {heads} heads x "
                         f"{'+'.join(map(str, widths))} ({'/'.join(roles)}) = {heads * sum(widths)}")
-    rows, offset = {}, 0
+    rows, offset = ({"mlp": torch.arange(lead)} if lead else {}), 0
     for role, w in zip(roles, widths):
         if layout.arrange == "blocks":   # (..., parts, heads, width)
-            rows[role] = torch.arange(offset * heads, (offset + w) * heads)
+            rows[role] = lead + torch.arange(offset * heads, (offset + w) * heads)
         else:                            # (..., heads, parts x width)
-            rows[role] = (torch.arange(heads)[:, None] * sum(widths) + offset + torch.arange(w)[None]).reshape(-1)
+            per_head = torch.arange(heads)[:, None] * sum(widths) + offset + torch.arange(w)[None]
+            rows[role] = lead + per_head.reshape(-1)
         offset += w
     return rows
 
@@ -229,10 +240,11 @@ _SPLIT = (SplitQKV, SplitMultiheadAttention)
 
 
 def _is_attention(module: nn.Module) -> bool:
-    """A module with a child projection named like Q, K, V or a fused QKV (it needs a table entry)."""
+    """A module of a class the table describes (whatever its projections are called), or with a child projection
+    named like Q, K, V or a fused QKV (then it needs a table entry)."""
     if isinstance(module, _SPLIT):
         return False
-    if isinstance(module, nn.MultiheadAttention):
+    if isinstance(module, nn.MultiheadAttention) or class_path(type(module)) in LAYOUTS:
         return True
     return any(n in PROJECTION_NAMES for n, _ in module.named_children())
 
@@ -393,8 +405,12 @@ def _attention_group(rel: str, m: nn.Module, entry) -> str | None:
     if entry == "split":  # a SplitMultiheadAttention
         return {"q": "qk", "k": "qk", "bias_k": "qk", "v": "v", "bias_v": "v", "out_proj": "attn_out"}.get(first)
     parts = rel.split(".")
-    if entry.proj is not None and first == entry.proj and len(parts) > 2 and parts[1] in ("q", "k", "v"):
-        return "v" if parts[1] == "v" else "qk"
+    if entry.proj is not None and first == entry.proj and len(parts) > 2 and parts[1] in _PARTS:
+        return {"q": "qk", "k": "qk", "v": "v", "mlp": "mlp"}[parts[1]]
+    if first in entry.mlp:
+        return "mlp"
+    if first in entry.other:
+        return "other"
     for role, child in entry.separate.items():
         if first == child:
             return "v" if role == "v" else "qk"

@@ -23,7 +23,7 @@ import itertools
 from dataclasses import dataclass
 
 from .config import Config
-from .profiles import PRETRAINED_START, REGIMES, regime_fields, regime_learning_rates
+from .profiles import PRETRAINED_START, REGIMES, dirichlet_fields, regime_fields, regime_learning_rates
 from .tables import UNRESOLVED, compare_runs
 from .tables import summarise as summarise_runs
 
@@ -116,13 +116,15 @@ GRIDS = {
     "coarse": tuple(grid(alphas=(0.1, 0.5), local_epochs=(1,), fractions=(0.25, 0.5), starts=("scratch",)))
     + (Cell(0.1, 5, "scratch", 0.5), Cell(0.1, 1, "warm", 0.5)),
     # the regime cells of notebooks 03-04's sections 2 (their runs, through the cache): at alpha 0.1, a pretrained
-    # start (T0/T 0, 0.25, 0.5; and at alpha 0.5), a constant rate and both (T0/T 0.25, 0.5), five local epochs from
-    # scratch and pretrained (T0/T 0.25)
+    # start (T0/T 0, 0.25, 0.5; and at alpha 0.5), a constant rate and both (T0/T 0.25, 0.5; and at alpha 0.05), five
+    # local epochs from scratch and pretrained (T0/T 0.25)
     "regimes": (Cell(0.1, 1, "pretrained", 0.0), Cell(0.1, 1, "pretrained", 0.25), Cell(0.1, 1, "pretrained", 0.5),
                 Cell(0.5, 1, "pretrained", 0.25),
                 Cell(0.1, 1, "scratch", 0.25, "constant"), Cell(0.1, 1, "scratch", 0.5, "constant"),
                 Cell(0.1, 1, "pretrained", 0.25, "constant"), Cell(0.1, 1, "pretrained", 0.5, "constant"),
-                Cell(0.1, 5, "scratch", 0.25), Cell(0.1, 5, "pretrained", 0.25)),
+                Cell(0.1, 5, "scratch", 0.25), Cell(0.1, 5, "pretrained", 0.25),
+                Cell(0.05, 1, "scratch", 0.25, "constant"), Cell(0.05, 1, "scratch", 0.5, "constant"),
+                Cell(0.05, 1, "pretrained", 0.25, "constant"), Cell(0.05, 1, "pretrained", 0.5, "constant")),
     # the paper profile's: every image is a client's there, so a pretrained start (which needs images no client holds,
     # Config.train_subset) is not in it
     "full": tuple(grid(alphas=(0.05, 0.1, 0.5, 1.0), local_epochs=(1, 5), fractions=(0.25, 0.5, 0.75),
@@ -158,7 +160,8 @@ def build_runs(cells, base: dict, seeds, method: str = "fedfrozen", baseline: st
     """The runs of a map: for each (alpha, local work, start, schedule) of `cells` the baseline over `seeds`,
     and for each cell `method` with T0 = round(fraction * rounds). `base` holds the other Config fields
     (a profile's, with `rounds`); `lrs` the local lr of each method (else base's lr): a dict {method: lr}, or
-    a function (method, cell) -> lr when the rate depends on the start or schedule (profiles.regime_lr)."""
+    a function (method, cell) -> lr when the rate depends on the start or schedule (profiles.regime_lr). Each
+    alpha's federation is drawn as the notebooks draw it (profiles.dirichlet_fields)."""
     cells = list(cells)
     if not cells:
         raise ValueError("cells must not be empty")
@@ -170,7 +173,7 @@ def build_runs(cells, base: dict, seeds, method: str = "fedfrozen", baseline: st
     runs = []
     for key in dict.fromkeys(c.baseline for c in cells):
         alpha, epochs, start, schedule = key
-        fields = {**base, "partition": "dirichlet", "alpha": alpha, "local_epochs": epochs, "local_steps": None,
+        fields = {**base, **dirichlet_fields(alpha), "local_epochs": epochs, "local_steps": None,
                   **start_fields(start), **({"lr_schedule": schedule} if schedule else {})}
         sched = fields.get("lr_schedule", Config.lr_schedule)
         ref = Cell(alpha, epochs, start, 1.0, schedule)

@@ -178,18 +178,26 @@ def _check(name, n_params):
 
     groups = ff.qkv.param_groups(model)
     attn = [(n, m) for n, m, e in ff.qkv.attention_modules(model) if not isinstance(m, nn.MultiheadAttention)]
+    block = {prefix for prefix, m in attn if getattr(lookup(m), "residual", False)}
+    with torch.no_grad():  # a block's layer scale (1e-5 at init in timm's) would hide its branch from every check
+        for n, p in model.named_parameters():
+            if any(n.startswith(f"{prefix}.") and set(n.split(".")) & ff.qkv._LAYER_SCALES for prefix in block):
+                p.fill_(1.0)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     fed = {}
     g = torch.Generator().manual_seed(2)
 
-    # 1. no values, no dependence on the input (where the query is added to the output too, no query either)
+    # 1. no values, no dependence on the input (where the query is added to the output too, no query either; a
+    # whole block, as a parallel one, without its MLP and minus its input, which it adds to its output)
     carried = {prefix: _query_in_output(model, prefix, m, groups) for prefix, m in attn}
     for prefix, _ in attn:
+        mlp = [p for _, p in _module_params(model, prefix, groups["mlp"])] if prefix in block else []
         with torch.no_grad():
-            for p in [p for _, p in _module_params(model, prefix, groups["v"])] + carried[prefix]:
+            for p in [p for _, p in _module_params(model, prefix, groups["v"])] + carried[prefix] + mlp:
                 p.zero_()
     for prefix, (out, inp) in _outputs(model, x, attn, fed).items():
         assert inp is None or (inp - inp[:1]).abs().max() > 1e-6, f"{prefix}: its inputs do not vary"
+        out = out - inp if prefix in block else out
         assert (out - out[:1]).abs().max() <= 1e-5 * (1 + out.abs().max()), \
             f"{name}: {prefix} still depends on its input with the rows called V zeroed"
 
@@ -223,10 +231,24 @@ def _check(name, n_params):
     assert [p for p, _ in attn if qk_of[p]] and groups["v"]
 
 
+# families whose representative (the first small model) does not show every attention class of the family: ViT's
+# parallel blocks (ViT-22B's; with differential attention) and differential attention in standard blocks
+NAMED = ["vit_pwee_patch16_reg1_gap_256", "vit_dpwee_patch16_reg1_gap_256", "vit_dwee_patch16_reg1_gap_256"]
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_the_split_rows_mean_what_the_model_means_in_named_models(name):
+    _check(name, 0)
+
+
 @pytest.mark.parametrize("name, cls, wrong", [
     ("maxvit_rmlp_pico_rw_256", "timm.models.maxxvit.AttentionCl", Layout(qk=("relative_position_bias_table",))),
     ("davit_tiny", "timm.models.davit.ChannelAttention", Layout(token_kernel=False)),
-], ids=["maxvit heads-first read as blocks", "davit channel attention read as q,k,v"])
+    ("vit_pwee_patch16_reg1_gap_256", "timm.models.vision_transformer.ParallelScalingBlock",
+     Layout(proj="in_proj", roles=("v", "q", "k"), mlp_rows=lambda m: m.in_split[0], mlp=("mlp_bias", "mlp_out_proj"),
+            residual=True)),
+], ids=["maxvit heads-first read as blocks", "davit channel attention read as q,k,v",
+        "parallel block read as q,k,v then the MLP"])
 def test_the_checks_catch_the_old_guess(name, cls, wrong, monkeypatch):
     """Rows [0:d], [d:2d], [2d:3d] as Q, K, V (the guess the splitter made before it read layouts): the split
     keeps the outputs, but the semantic checks see that the rows called V are not the values."""

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -176,6 +177,38 @@ def test_cache_hit_does_not_train_again(tmp_path, monkeypatch):
     assert second.cached and second.same_as(first)
     assert second.env["torch"] == torch.__version__
     assert ff.experiments.config_key(cfg) != ff.experiments.config_key(cfg.replace(seed=1))
+
+
+def test_the_run_log_names_every_run_with_its_training_seconds(tmp_path, monkeypatch):
+    """FEDFROZEN_RUN_LOG (tools/budget.py): one line per run loaded or trained, with whether it was cached and the
+    sum of its rounds' seconds (the same when it is loaded again); nothing is written when it is unset."""
+    cfg = tiny_config(rounds=2)
+    ff.run_or_load(cfg, root=str(tmp_path / "quiet"), experiment="t", progress=False)  # unset: no log anywhere
+    log = tmp_path / "runs.jsonl"
+    monkeypatch.setenv(ff.io.RUN_LOG_ENV, str(log))
+    hist = ff.run_or_load(cfg, root=str(tmp_path), experiment="t", progress=False)
+    ff.run_or_load(cfg, root=str(tmp_path), experiment="t", progress=False)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    seconds = sum(row["seconds"] for row in hist.rows)
+    key = ff.experiments.config_key(cfg)
+    assert lines == [{"key": key, "experiment": "t", "cached": False, "seconds": seconds},
+                     {"key": key, "experiment": "t", "cached": True, "seconds": seconds}]
+    assert seconds > 0
+
+
+def test_min_client_samples_lets_a_sparser_draw_through_and_keeps_the_default_partition():
+    """Dirichlet alpha 0.05 cannot give 60 digits clients two images each; with min_client_samples=1 every client
+    has at least one. The default (2) is the partition of every earlier run, unchanged."""
+    cfg = tiny_config(n_clients=60, alpha=0.05)
+    with pytest.raises(ValueError, match="min_size=2"):
+        loop.prepare(cfg)
+    s = loop.prepare(cfg.replace(min_client_samples=1))
+    assert min(len(t) + len(e) for t, e in zip(s.client_train, s.client_eval)) >= 1
+    with pytest.raises(ValueError, match="min_client_samples"):
+        cfg.replace(min_client_samples=0)
+    a, b = loop.prepare(tiny_config()), loop.prepare(tiny_config(min_client_samples=2))
+    assert all(torch.equal(x, y) for x, y in zip(a.client_train, b.client_train))
+    assert ff.experiments.config_key(tiny_config()) == ff.experiments.config_key(tiny_config(min_client_samples=2))
 
 
 def test_history_save_load_and_frame(tmp_path):

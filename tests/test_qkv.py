@@ -337,8 +337,8 @@ def test_merge_gives_an_encoder_back_its_nested_tensor_path():
 
 
 def test_attention_with_projections_of_other_names_is_named_never_called_no_attention():
-    """An attention class whose Q/K/V are not in a projection the table knows (timm's EfficientViT-MSRA,
-    MobileViTv2, SwiftFormer, the parallel-block ViTs) is named with what to do, not called "no attention"."""
+    """An attention class the table does not know, whose Q/K/V are not in a projection named like one (as timm's
+    parallel-block ViTs were), is named with what to do, not called "no attention"."""
     class GroupAttention(nn.Module):
         def __init__(self):
             super().__init__()
@@ -354,11 +354,49 @@ def test_attention_with_projections_of_other_names_is_named_never_called_no_atte
 
 
 @pytest.mark.parametrize("name, cls", [("efficientvit_m0", "CascadedGroupAttention"),
-                                       ("vit_pwee_patch16_reg1_gap_256", "ParallelScalingBlock"),
                                        ("mobilevitv2_050", "LinearSelfAttention"),
                                        ("swiftformer_xs", "EfficientAdditiveAttention")])
-def test_timm_families_without_a_layout_are_told_which_class(name, cls):
+def test_timm_families_that_cannot_be_split_are_told_which_class_and_why(name, cls):
     timm = pytest.importorskip("timm")
     model = timm.create_model(name, pretrained=False)
-    with pytest.raises(TypeError, match=f"has attention the QK/V splitter cannot split: .*{cls}"):
+    with pytest.raises(TypeError, match=f"{cls} \\(at .*\\) is refused by the QK/V splitter: .+"):
         ff.qkv.split_qkv(model)
+
+
+@pytest.mark.parametrize("name", ["vit_pwee_patch16_reg1_gap_256", "vit_dpwee_patch16_reg1_gap_256",
+                                  "vit_dwee_patch16_reg1_gap_256", "lowformer_b0"])
+def test_timm_families_once_told_no_attention_now_split(name):
+    """The parallel-block ViTs, differential attention and LowFormer split with the outputs unchanged (what the
+    rows mean: tests/test_layouts.py)."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False, depth=1) if "vit" in name else timm.create_model(name)
+    model.eval()
+    x = torch.randn(1, 3, 256, 256) if "vit" in name else torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        before = model(x)
+        after = ff.qkv.split_qkv(model)(x)
+    assert torch.allclose(after, before, atol=1e-5)
+    assert ff.qkv.param_groups(model)["qk"]
+
+
+def test_a_parallel_block_freezes_its_query_key_rows_only():
+    """timm's parallel block (ViT-22B) fuses [MLP input | Q | K | V] in one in_proj: freezing qk keeps exactly the
+    Q and K rows of the merged projection; the MLP's rows and V's move."""
+    torch.manual_seed(0)
+    dim = 32
+    model = timm.create_model("vit_pwee_patch16_reg1_gap_256", depth=1, img_size=32, patch_size=8, embed_dim=dim,
+                              num_heads=2, mlp_ratio=2, num_classes=3)
+    ff.qkv.split_qkv(model)
+    ff.qkv.freeze(model, "qk")
+    block = model.blocks[0]
+    before = block.in_proj.weight.detach().clone()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    model(torch.randn(4, 3, 32, 32)).square().sum().backward()
+    opt.step()
+    moved = (block.in_proj.weight.detach() - before).abs().sum(1) > 0
+    hidden = block.in_split[0]
+    assert not moved[hidden:hidden + 2 * dim].any()  # Q and K
+    assert moved[:hidden].all() and moved[hidden + 2 * dim:].all()  # the MLP's input and V
+    groups = ff.qkv.param_groups(model)
+    assert "blocks.0.in_proj.mlp.weight" in groups["mlp"] and "blocks.0.mlp_out_proj.weight" in groups["mlp"]
+    assert "blocks.0.attn_out_proj.weight" in groups["attn_out"] and "blocks.0.in_proj.v.weight" in groups["v"]

@@ -224,3 +224,15 @@ def test_the_map_and_notebooks_03_04_build_the_same_runs():
                          **{**base, **ff.profiles.regime_fields("pretrained"), "lr": lr,
                             "warmup_rounds": int(round(fraction * base["rounds"]))})
         assert config_key(nb04) in keys, fraction
+    # and at a constant rate at alpha 0.05, drawn with one image per client at least (profiles.dirichlet_fields)
+    for name in ("constant", "constant_pretrained"):
+        lrs = ff.profiles.regime_learning_rates(name, ["fedavg", "fedfrozen"])
+        for m, t0 in (("fedavg", base["warmup_rounds"]), ("fedfrozen", 30), ("fedfrozen", 60)):
+            nb04 = ff.Config(method=m, seed=3, **ff.profiles.dirichlet_fields(0.05),
+                             **{**base, **ff.profiles.regime_fields(name), "lr": lrs[m], "warmup_rounds": t0})
+            assert nb04.min_client_samples == 1 and config_key(nb04) in keys, (name, m, t0)
+
+
+def test_dirichlet_fields_allow_one_image_only_below_alpha_0_1():
+    assert ff.profiles.dirichlet_fields(0.1) == {"partition": "dirichlet", "alpha": 0.1}
+    assert ff.profiles.dirichlet_fields(0.05) == {"partition": "dirichlet", "alpha": 0.05, "min_client_samples": 1}

@@ -1,0 +1,88 @@
+"""How long the notebooks take from an empty cache on this machine, measured from the runs they use.
+
+    python tools/budget.py              # every notebook, in order, at the cpu profile
+    python tools/budget.py 03 04        # some of them (runs of the earlier ones still count as already made)
+
+Each notebook is executed (nbclient, like tools/refresh_outputs.py; its outputs are not written back) with
+FEDFROZEN_RUN_LOG set, so that every run it loads or trains is logged with its training time: the sum of its
+rounds' seconds, measured when it was trained (fedfrozen.io.log_run). A run counts for the first notebook, in
+order, that uses it (later notebooks reuse it through the cache). From an empty cache a notebook trains its new runs
+`workers` at a time (fedfrozen.run_many: one per core), so its time is the sum of their seconds over the workers,
+plus its execution from the cache (measured here) and the pre-training of any pretrained start (not counted: a
+few minutes once per setting). Runs not in the cache are trained by the execution and their time measured as they
+are, so on an empty cache this tool is the end-to-end reproduction.
+
+The paper's notebooks (PAPER) and all of them have a budget on the 2-core machine: 3 h and 5 h (README).
+"""
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import nbclient
+import nbformat
+
+from fedfrozen.io import KERNEL_ARGS, RUN_LOG_ENV
+
+root = Path(__file__).resolve().parents[1]
+PAPER = ("00", "03", "04", "05", "06", "07")  # the notebooks of the paper's tables and figures
+BUDGET_HOURS = {"paper": 3.0, "all": 5.0}
+
+
+def runs_of(log: Path) -> dict:
+    """key -> seconds of every run in a run log (a run logged twice, by a worker and by its parent, counts once)."""
+    out = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            out[(rec["experiment"], rec["key"])] = max(out.get((rec["experiment"], rec["key"]), 0.0), rec["seconds"])
+    return out
+
+
+def execute(path: Path, log: Path) -> float:
+    """Execute the notebook at the cpu profile with its runs logged to `log`; returns the wall seconds."""
+    os.environ.update(FEDFROZEN_PROFILE="cpu", FEDFROZEN_PROGRESS="0", **{RUN_LOG_ENV: str(log)})
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=6 * 3600, extra_arguments=KERNEL_ARGS,
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("numbers", nargs="*", help="two-digit notebook numbers (default: all)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at a time (default: cores)")
+    args = ap.parse_args()
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1; got {args.workers}")
+    seen, totals = set(), {"paper": 0.0, "all": 0.0}
+    print(f"{'notebook':<34} {'runs':>5} {'new':>5} {'trained now':>11} {'run hours':>9} {'exec s':>7} {'minutes':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+            if args.numbers and path.name[:2] not in args.numbers:
+                continue
+            log = Path(tmp) / f"{path.stem}.jsonl"
+            wall = execute(path, log)
+            runs = runs_of(log)
+            trained = sum(json.loads(line)["cached"] is False for line in log.read_text().splitlines()) \
+                if log.exists() else 0
+            new = {k: s for k, s in runs.items() if k not in seen}
+            seen.update(runs)
+            run_seconds = sum(new.values())
+            minutes = (run_seconds / args.workers + wall) / 60
+            totals["all"] += minutes
+            if path.name[:2] in PAPER:
+                totals["paper"] += minutes
+            print(f"{path.stem:<34} {len(runs):>5} {len(new):>5} {trained:>11} {run_seconds / 3600:>9.2f} {wall:>7.0f} "
+                  f"{minutes:>8.1f}", flush=True)
+    for name, minutes in totals.items():
+        print(f"{name}: {minutes / 60:.2f} h from an empty cache with {args.workers} workers "
+              f"(budget {BUDGET_HOURS[name]:g} h)")
+
+
+if __name__ == "__main__":
+    main()
