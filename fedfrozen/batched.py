@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import copy
 import warnings
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +39,20 @@ from torch.func import functional_call, grad_and_value, vmap
 from . import augment
 from .flat import UpdateRule, mask_slices
 from .local import autocast, draw_batches, grad_terms
+from .methods.settings import Settings, component, setting
 
-__all__ = ["EntryMap", "unsupported", "train_chunk", "chunk_size", "MEMORY_BUDGET"]
+__all__ = ["EntryMap", "EngineSettings", "unsupported", "train_chunk", "chunk_size", "MEMORY_BUDGET"]
+
+
+@component
+@dataclass(frozen=True)
+class EngineSettings(Settings):
+    """The batched engine's (Config(engine_chunk=...), --engine-chunk, ...)."""
+
+    prefix: ClassVar[str] = "engine"
+    chunk: int | None = setting(None, "batched engine: clients trained at once (None: as many as a memory budget "
+                                "allows)", lo=1)
+    compile: bool = setting(False, "batched engine: torch.compile its step (pays on long runs; benchmarks/engine.py)")
 
 MEMORY_BUDGET = {"cpu": 2 << 30, "cuda": 16 << 30}  # bytes one chunk may use, by device type
 

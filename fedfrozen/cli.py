@@ -13,7 +13,6 @@ order with papermill into runs/<profile>/ and prints one line per notebook.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 from . import methods
-from .config import Config, field_type
+from .config import Config, field_type, settings
 from .io import KERNEL_ARGS, THREADS_ENV, notebooks, project_root
 from .profiles import PROFILES
 
@@ -34,12 +33,12 @@ def _parse_json(text: str):
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per Config field, generated from the field list and annotations (a new field gets its flag)."""
-    for f in dataclasses.fields(Config):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        doc = f"{f.metadata['help']} (default: {default!r})".replace("%", "%%")  # argparse formats help with %
-        base, elem, _ = field_type(f.name)
+    """One flag per Config field and component setting (config.settings), generated from their declarations and
+    annotations (a new field or component setting gets its flag)."""
+    for name, meta, default in settings():
+        flag = "--" + name.replace("_", "-")
+        doc = f"{meta['help']} (default: {default!r})".replace("%", "%%")  # argparse formats help with %
+        base, elem, _ = field_type(name)
         if base is bool:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=doc)
         elif base is tuple:  # one value per word: --freeze qk v, --fedslm-ranks 4 8 (no words: the empty tuple)
@@ -118,10 +117,10 @@ def _load_config_file(path: str) -> dict:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     values = _load_config_file(args.config) if args.config else {}
-    for f in dataclasses.fields(Config):
-        v = getattr(args, f.name)
+    for name, _, _ in settings():
+        v = getattr(args, name)
         if v is not None:
-            values[f.name] = v
+            values[name] = v
     method = values.get("method", Config.method)
     if method not in methods.names():
         raise ValueError(f"method must be one of {', '.join(methods.names())}; got {method!r}")
@@ -151,6 +150,15 @@ def _settings_table(name: str) -> str:
     return "\n".join(lines)
 
 
+def _components_table() -> str:
+    """The components' settings (fedfrozen.methods.settings.component): flat name, flag, default, help."""
+    lines = ["settings of the components (Config(prox_mu=0.1), fedfrozen run --prox-mu 0.1; used by the methods whose "
+             "components read them):"]
+    for flat, (_, f) in methods.component_settings().items():
+        lines.append(f"  {flat:20s} --{flat.replace('_', '-'):22s} default {f.default!r}: {f.metadata['help']}")
+    return "\n".join(lines)
+
+
 def cmd_methods(args) -> int:
     if args.settings:
         if args.settings not in methods.names():
@@ -159,6 +167,7 @@ def cmd_methods(args) -> int:
         return 0
     print("registered methods (Config.method / fedfrozen run --method NAME; their settings: --settings NAME):")
     print(_methods_table())
+    print(_components_table())
     return 0
 
 

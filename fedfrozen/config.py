@@ -14,7 +14,7 @@ from .methods.settings import annotation_type, check_value, setting
 from .partition import PARTITIONS
 from .qkv import GROUPS
 
-__all__ = ["Config", "field_type", "stored_form", "identity", "WHERE_FIELDS", "FREE_TEXT"]
+__all__ = ["Config", "field_type", "settings", "stored_form", "identity", "WHERE_FIELDS", "FREE_TEXT"]
 
 _HINTS: dict = {}
 # where a run finds its data, not what the run is: left out of its cache key and of the comparison of a stored
@@ -26,11 +26,26 @@ FREE_TEXT = ("data_root", "model", "init")
 
 
 def field_type(name: str) -> tuple:
-    """(base, element, optional) of a Config field's annotation: base is bool, int, float, str, dict or tuple;
-    element the type of a tuple's items (else None); optional whether None is allowed."""
+    """(base, element, optional) of a Config field's annotation, or of a component setting's (by flat name): base
+    is bool, int, float, str, dict or tuple; element the type of a tuple's items (else None); optional whether None
+    is allowed."""
+    if name in methods.component_settings():
+        cls, f = methods.component_settings()[name]
+        return annotation_type(typing.get_type_hints(cls)[f.name])
     if not _HINTS:
         _HINTS.update(typing.get_type_hints(Config))
     return annotation_type(_HINTS[name])
+
+
+def settings() -> list[tuple]:
+    """(name, setting metadata, default) of everything a Config takes by name: its fields, in their sections, then
+    every component's settings by flat name (the command line's flags, Flower's keys)."""
+    out = []
+    for f in dataclasses.fields(Config):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        out.append((f.name, f.metadata, default))
+    out += [(flat, f.metadata, f.default) for flat, (_, f) in methods.component_settings().items()]
+    return out
 
 
 @dataclass
@@ -41,6 +56,12 @@ class Config:
 
     Methods (docs/methods.md): `method` names a registered method (`fedfrozen methods` lists
     them); `local_objective`, `server_opt` and `freeze_schedule` override its components.
+
+    The settings of a component (FedProx's mu, the server step's, the adaptive schedules', the value penalty's,
+    skewed participation's, the pre-training's, the batched engine's) are declared beside the component
+    (fedfrozen.methods.settings.component; `fedfrozen methods` lists them). A Config takes them by their
+    flat names, Config(prox_mu=0.1, server_lr=0.5), gives them back as attributes (cfg.prox_mu), and keeps the
+    ones that differ from their defaults in `components`.
     """
 
     # --- data and clients ---
@@ -56,10 +77,6 @@ class Config:
     clients_per_round: int | None = setting(None, "|S| sampled per round (None: all clients)", lo=1)
     participation: str = setting("uniform", "full | uniform (clients_per_round drawn each round) | skewed "
                                  "(Bernoulli, below)", choices=("full", "uniform", "skewed"))
-    participation_rate: float = setting(0.1, "skewed: C, the expected share of clients per round (sum_i p_i = C N)",
-                                        lo=0, hi=1, lo_open=True)
-    participation_skew: float = setting(5.0, "skewed: a, a seeded half of the clients is (1 + a)x likelier to join",
-                                        lo=0)
     train_subset: int | None = setting(None, "a fixed stratified subset of this many training images (the same for "
                                        "every seed and method); None: all", lo=1)
     val_fraction: float = setting(0.1, "training data held out (stratified) for hyperparameter selection", lo=0, hi=0.5)
@@ -86,43 +103,20 @@ class Config:
     warmup_rounds: int = setting(15, "T0: stage 2 starts at this round (>= rounds: never)", lo=0)
     freeze: tuple[str, ...] = setting(("qk",), f"groups frozen in stage 2 by the fedfrozen presets "
                                       f"({', '.join(GROUPS)})", choices=GROUPS)
-    value_l2: float = setting(0.0, "lambda of the value penalty (stage 2)", lo=0)
-    value_l2_mode: str = setting("ridge", "ridge: lambda/2 ||W_V||^2; prox: lambda/2 ||W_V - W_V^r||^2",
-                                 choices=("ridge", "prox"))
-    value_l2_warmup: bool = setting(False, "apply the value penalty in stage 1 too")
     local_objective: str | None = setting(None, "override: plain | prox | scaffold | feddyn",
                                           choices=lambda: tuple(methods.LOCAL_OBJECTIVES))
     server_opt: str | None = setting(None, "override: avg | momentum | adam | yogi | adagrad | feddyn",
                                      choices=lambda: tuple(methods.SERVER_OPTIMIZERS))
     freeze_schedule: str | None = setting(None, "override: none | warmup | start | kernel_plateau | drift_ratio",
                                           choices=lambda: tuple(methods.FREEZE_SCHEDULES))
-    freeze_tau: float = setting(0.01, "kernel_plateau: relative kernel change below which a round counts as a "
-                                "plateau (inf: every round)", lo=0, inf=True)
-    freeze_rho: float = setting(4.0, "drift_ratio: freeze when qk drift exceeds rho times v drift (chosen on the "
-                                "simulator; inf: never)", lo=0, inf=True)
-    freeze_patience: int = setting(3, "adaptive schedules: consecutive rounds the condition must hold", lo=1)
-    prox_mu: float = setting(0.01, "FedProx mu", lo=0)
-    feddyn_alpha: float = setting(0.01, "FedDyn alpha", lo=0, lo_open=True)
     method_args: dict = setting(help='the method\'s own settings, e.g. {"core": 5} for fedsteer (fedfrozen methods '
                                 "--settings)", factory=dict)
-    scaffold_variant: str = setting("auto", "SCAFFOLD control variates: gradient (option I) | update (option II) | "
-                                    "auto (II for sgd, else I)", choices=lambda: tuple(methods.SCAFFOLD_VARIANTS))
-    # --- server optimiser ---
-    server_lr: float | None = setting(None, "eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)", lo=0,
-                                      lo_open=True)
-    server_momentum: float = setting(0.9, "FedAvgM beta", lo=0, hi=1)
-    server_beta1: float = setting(0.9, "FedOpt beta1", lo=0, hi=1)
-    server_beta2: float = setting(0.99, "FedOpt beta2", lo=0, hi=1)
-    server_tau: float = setting(1e-3, "FedOpt adaptivity tau", lo=0, lo_open=True)
+    components: dict = setting(help='settings of the components by flat name, e.g. {"prox_mu": 0.1}; the same as '
+                               "Config(prox_mu=0.1) (fedfrozen methods lists them)", factory=dict)
     # --- starting point ---
     init: str = setting("random", "random | public (server pre-trains on the public split) | pretrained (on images "
                         "outside train_subset; fedfrozen.pretrain) | path to a state_dict")
     server_pretrain_epochs: int = setting(0, 'epochs of server pre-training when init="public"', lo=0)
-    pretrain_task: str = setting("rotation", 'init="pretrained": rotation (self-supervised, fresh head) | classes '
-                                 "(the first half of the classes)", choices=("rotation", "classes"))
-    pretrain_epochs: int = setting(3, 'init="pretrained": epochs over the images outside train_subset', lo=1)
-    pretrain_seed: int = setting(0, 'init="pretrained": the pre-training\'s seed (same seed, same weights; part of '
-                                 "their cache key)", lo=0)
     # --- run ---
     seed: int = setting(0, "the seed of every random choice of the run", lo=0)
     device: str = setting("auto", "auto | cpu | cuda", choices=("auto", "cpu", "cuda"))
@@ -132,15 +126,12 @@ class Config:
     amp: bool = setting(False, "bfloat16 autocast (GPU only)")
     engine: str = setting("sequential", "local training: sequential (one client at a time) | batched (vmap over "
                           "clients) | auto", choices=("sequential", "batched", "auto"))
-    engine_chunk: int | None = setting(None, "batched engine: clients trained at once (None: as many as a memory "
-                                       "budget allows)", lo=1)
-    engine_compile: bool = setting(False, "batched engine: torch.compile its step (pays on long runs; "
-                                   "benchmarks/engine.py)")
 
     def __post_init__(self):
         if isinstance(self.freeze, str):  # freeze="qk" names one group (not the groups "q" and "k")
             self.freeze = (self.freeze,)
         self._check_fields()  # one run, one value (and one cache key): ints of float fields floats, lists tuples
+        self.components = methods.check_components(self.components)  # only the changed ones, normalised
         if self.clients_per_round is not None and self.clients_per_round == self.n_clients:
             self.clients_per_round = None  # "all clients"
         if self.local_epochs is None and self.local_steps is None:
@@ -150,8 +141,11 @@ class Config:
         self.method_args = methods.settings_class(self.method).create(self.method, self.method_args).changed()
 
     def __getattr__(self, name: str):
-        """A method setting under its flat name of earlier versions (`cfg.fedsteer_core`): deprecated, with
-        a warning naming cfg.method_args; its default when this config's method does not have it."""
+        """A component's setting by its flat name (`cfg.prox_mu`: its value in `components`, else its default); a
+        method setting under its flat name of earlier versions (`cfg.fedsteer_core`): deprecated, with a warning
+        naming cfg.method_args; its default when this config's method does not have it."""
+        if not name.startswith("_") and name in methods.component_settings():
+            return self.__dict__.get("components", {}).get(name, methods.component_settings()[name][1].default)
         if name.startswith("_") or name not in methods.flat_settings():
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         owner, setting = methods.flat_settings()[name]
@@ -220,10 +214,11 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Config":
-        """A Config from `to_dict`'s form; a stored dict of an earlier version (method settings as flat fields,
-        e.g. `fedsteer_core`) is read too, its settings moved into method_args without a warning."""
+        """A Config from `to_dict`'s form; a stored dict of an earlier version (component settings as fields,
+        `prox_mu`; method settings as flat fields, `fedsteer_core`) is read too, the former into components, the
+        latter into method_args, without a warning."""
         names = {f.name for f in dataclasses.fields(cls)}
-        d = dict(d)
+        d = _with_components(dict(d))
         flat = {k: d.pop(k) for k in list(d) if k in methods.flat_settings()}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -237,7 +232,21 @@ class Config:
         settings (the old method's settings are not the new one's); give method_args to set them."""
         if changes.get("method", self.method) != self.method and "method_args" not in changes:
             changes["method_args"] = {}
+        changes = _with_components(changes, self.components)
         return dataclasses.replace(self, **changes)
+
+
+def _with_components(kwargs: dict, current: dict | None = None) -> dict:
+    """`kwargs` with the component settings given by flat name (prox_mu=0.1) moved into `components` (over
+    `current`, a Config's own, or over a `components` given too); unchanged when none is given."""
+    flat = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.component_settings()}
+    if not flat:
+        return kwargs
+    base = kwargs.get("components") if "components" in kwargs else current
+    if base is not None and not isinstance(base, dict):
+        raise ValueError(f"components must be a dict of component settings by flat name; got {base!r}")
+    kwargs["components"] = {**(base or {}), **flat}
+    return kwargs
 
 
 def identity(d: dict) -> dict:
@@ -282,7 +291,9 @@ _generated_init = Config.__init__
 
 @functools.wraps(_generated_init)
 def _init(self, *args, **kwargs):
-    """The dataclass's __init__, also taking the deprecated flat names of method settings (a warning each)."""
+    """The dataclass's __init__, also taking component settings by flat name (Config(prox_mu=0.1): into
+    components) and the deprecated flat names of method settings (a warning each)."""
+    kwargs = _with_components(kwargs)
     flat = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.flat_settings()}
     if flat:
         kwargs["method_args"] = _from_flat(kwargs.get("method", "fedavg"), kwargs.get("method_args") or {}, flat,

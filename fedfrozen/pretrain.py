@@ -22,7 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -30,15 +32,29 @@ import torch.nn.functional as F
 
 from . import data, models
 from .io import atomic_write, project_root
+from .methods.settings import Settings, component, setting
 from .rng import seed_for
 
-__all__ = ["PRETRAIN_TASKS", "PRETRAIN_LR", "PRETRAIN_BATCH", "outside_indices", "weights_key", "cache_dir",
-           "pretrained_state", "load_into", "task_data", "task_batches"]
+__all__ = ["PretrainSettings", "PRETRAIN_TASKS", "PRETRAIN_LR", "PRETRAIN_BATCH", "outside_indices", "weights_key",
+           "cache_dir", "pretrained_state", "load_into", "task_data", "task_batches"]
 
 PRETRAIN_TASKS = ("rotation", "classes")
 PRETRAIN_LR = 1e-3
 PRETRAIN_BATCH = 64
 _VERSION = 1  # part of every weights key: bump when what the pre-training computes changes
+
+
+@component
+@dataclass(frozen=True)
+class PretrainSettings(Settings):
+    """The pre-training of init="pretrained" (Config(pretrain_epochs=...), --pretrain-epochs, ...)."""
+
+    prefix: ClassVar[str] = "pretrain"
+    task: str = setting("rotation", 'init="pretrained": rotation (self-supervised, fresh head) | classes (the first '
+                        "half of the classes)", choices=PRETRAIN_TASKS)
+    epochs: int = setting(3, 'init="pretrained": epochs over the images outside train_subset', lo=1)
+    seed: int = setting(0, 'init="pretrained": the pre-training\'s seed (same seed, same weights; part of their '
+                        "cache key)", lo=0)
 
 
 def outside_indices(train: data.Split, train_subset: int | None) -> np.ndarray:

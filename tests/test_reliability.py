@@ -16,7 +16,7 @@ from conftest import TINY, tiny_config
 
 import fedfrozen as ff
 from fedfrozen import cli, experiments, io
-from fedfrozen.config import field_type
+from fedfrozen.config import field_type, settings
 
 # --- validation: generated from the field list, so a new field is covered without a new test ------------
 
@@ -31,7 +31,7 @@ def _bad_values(name):
     return bad
 
 
-CASES = [(f.name, v) for f in dataclasses.fields(ff.Config) for v in _bad_values(f.name)]
+CASES = [(name, v) for name, _, _ in settings() for v in _bad_values(name)]  # fields and component settings
 
 
 def _case_id(name, value) -> str:
@@ -50,17 +50,18 @@ def test_every_field_refuses_a_bad_value_by_name(name, value):
 
 
 def test_every_field_is_declared_with_its_help_and_its_check():
-    """Config's fields are declared once (methods/settings.setting): a help text (the CLI's --help) and, beyond
-    the type, a range for every number and choices for every string but the free-text ones."""
+    """Config's fields and the components' settings are declared once (methods/settings.setting): a help text (the
+    CLI's --help) and, beyond the type, a range for every number and choices for every string but the free-text
+    ones."""
     from fedfrozen.config import FREE_TEXT
 
-    for f in dataclasses.fields(ff.Config):
-        meta, (base, elem, _) = f.metadata, field_type(f.name)
-        assert meta.get("help"), f"{f.name} has no help text"
+    for name, meta, _ in settings():
+        base, elem, _ = field_type(name)
+        assert meta.get("help"), f"{name} has no help text"
         if base in (int, float):
-            assert meta["lo"] is not None or meta["hi"] is not None, f"{f.name} has no range"
+            assert meta["lo"] is not None or meta["hi"] is not None, f"{name} has no range"
         if base is str or elem is str:
-            assert meta["choices"] is not None or f.name in FREE_TEXT, f"{f.name} has no choices"
+            assert meta["choices"] is not None or name in FREE_TEXT, f"{name} has no choices"
     assert set(FREE_TEXT) <= {f.name for f in dataclasses.fields(ff.Config)}
     run_help = cli.build_parser()._subparsers._group_actions[0].choices["run"].format_help()
     assert "bfloat16 autocast (GPU only)" in run_help  # --amp's help is its declared text

@@ -199,3 +199,65 @@ def test_every_setting_of_every_method_refuses_a_wrong_type_by_name(method, name
     spec = next(s for s in ff.methods.settings.spec(ff.methods.settings_class(method)) if s["name"] == name)
     with pytest.raises(ValueError, match=rf"method_args\['{name}'\] of method '{method}' must be"):
         ff.Config(method=method, method_args={name: _WRONG[spec["type"][0]]})
+
+
+# --- the components' settings: declared beside the components, taken by Config by flat name -----------------------
+
+COMPONENT_HOMES = {"prox_mu": "fedfrozen.methods.objective", "feddyn_alpha": "fedfrozen.methods.feddyn",
+                   "scaffold_variant": "fedfrozen.methods.scaffold", "server_lr": "fedfrozen.methods.fedopt",
+                   "server_tau": "fedfrozen.methods.fedopt", "freeze_tau": "fedfrozen.methods.freezing",
+                   "freeze_patience": "fedfrozen.methods.freezing", "value_l2": "fedfrozen.methods.base",
+                   "participation_skew": "fedfrozen.methods.base", "pretrain_epochs": "fedfrozen.pretrain",
+                   "engine_chunk": "fedfrozen.batched"}
+
+
+def test_component_settings_live_beside_their_components_and_config_stays_small():
+    known = ff.methods.component_settings()
+    for flat, home in COMPONENT_HOMES.items():
+        assert known[flat][0].__module__ == home, flat
+    fields = {f.name for f in dataclasses.fields(ff.Config)}
+    assert len(fields) <= 45 and not fields & set(known)
+    assert not set(known) & set(ff.methods.flat_settings())  # one name, one setting
+
+
+def test_a_component_setting_is_a_keyword_an_attribute_and_only_stored_when_changed():
+    cfg = ff.Config(method="fedprox", prox_mu=0.1, server_lr=1)
+    assert cfg.prox_mu == 0.1 and cfg.server_lr == 1.0 and cfg.freeze_patience == 3  # a default when not given
+    assert cfg.components == {"prox_mu": 0.1, "server_lr": 1.0}
+    assert ff.Config(prox_mu=0.01).components == {}  # the default is no change
+    assert ff.Config(components={"prox_mu": 0.1}) == ff.Config(prox_mu=0.1)
+    again = cfg.replace(prox_mu=0.2)
+    assert again.components == {"prox_mu": 0.2, "server_lr": 1.0} and cfg.prox_mu == 0.1
+    assert cfg.replace(components={}).components == {}
+    assert ff.Config.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match=r"components: no component has the setting\(s\) \['prox_nu'\]"):
+        ff.Config(components={"prox_nu": 0.1})
+    with pytest.raises(ValueError, match="prox_mu must be >= 0"):
+        ff.Config(prox_mu=-1)
+
+
+def test_a_stored_config_with_component_settings_as_fields_loads_with_its_key():
+    """config.json of a run cached when the component settings were Config fields: read into components, the same
+    cache key (a non-default value enters the key by its flat name, as it did)."""
+    from fedfrozen.experiments import config_key
+
+    new = ff.Config(method="fedfrozen_plateau", freeze_tau=0.05, pretrain_epochs=2, init="pretrained",
+                    train_subset=1000)
+    old = {k: v for k, v in new.to_dict().items() if k != "components"}
+    old.update({flat: getattr(new, flat) for flat in ff.methods.component_settings()})  # every one, as fields were
+    assert ff.Config.from_dict(old) == new and config_key(ff.Config.from_dict(old)) == config_key(new)
+    content = {"config": {"method": "fedfrozen_plateau", "freeze_tau": 0.05, "pretrain_epochs": 2, "init": "pretrained",
+                          "train_subset": 1000, "local_epochs": 1}, "version": ff.__version__}  # the changed fields
+    import hashlib
+    import json
+    assert config_key(new) == hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def test_the_command_line_and_flower_take_component_settings_by_their_flags():
+    from fedfrozen import cli
+    from fedfrozen.flower import RUN_CONFIG_FIELDS, config_from_run
+
+    args = cli.build_parser().parse_args(["run", "--method", "fedprox", "--prox-mu", "0.3", "--server-lr", "0.5"])
+    assert cli.config_from_args(args).components == {"prox_mu": 0.3, "server_lr": 0.5}
+    assert RUN_CONFIG_FIELDS["freeze-patience"] == "freeze_patience"
+    assert config_from_run({"method": "fedfrozen_plateau", "freeze-patience": 5}).freeze_patience == 5

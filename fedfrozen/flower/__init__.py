@@ -24,10 +24,9 @@ Every registered method runs here; a plugin whose client-side hooks need state i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
-from ..config import Config, field_type
+from ..config import Config, field_type, settings
 from ..methods import build
 
 __all__ = ["config_from_run", "check_supported", "RUN_CONFIG_FIELDS", "simulate", "simulate_many"]
@@ -37,8 +36,7 @@ def _run_config_fields() -> dict:
     """run-config key (pyproject [tool.flwr.app.config], `flwr run --run-config`) -> Config field: every field a
     TOML scalar can hold, its name with dashes (`warmup-rounds`), and Flower's usual `num-clients` for n_clients.
     A dict or list field goes in `fedfrozen-config` (the whole Config as JSON)."""
-    keys = {f.name.replace("_", "-"): f.name for f in dataclasses.fields(Config)
-            if field_type(f.name)[0] in (bool, int, float, str)}
+    keys = {name.replace("_", "-"): name for name, _, _ in settings() if field_type(name)[0] in (bool, int, float, str)}
     return {**keys, "num-clients": "n_clients"}
 
 

@@ -4,7 +4,9 @@
     fedfrozen.methods.register(...)  add a method; build(cfg) makes one; describe() lists them
     components: objective.py (plain, prox), scaffold.py, feddyn.py, fedopt.py (server steps),
                 freezing.py (schedules)
-    a method's own settings: settings.py (Settings, setting), given as Config.method_args
+    a method's own settings: settings.py (Settings, setting), given as Config.method_args; a component's
+    (ProxSettings, ServerSettings, FreezeSettings, ...): declared beside it with `component`, given by flat name
+    (Config(prox_mu=0.1)) and kept in Config.components
 
 Update rules and sources: docs/methods.md.
 """
@@ -26,14 +28,14 @@ from .registry import (
                        settings_class,
                        unregister,
 )
-from .scaffold import scaffold_variant
-from .settings import Settings, setting
+from .scaffold import SCAFFOLD_VARIANTS, scaffold_variant
+from .settings import Settings, check_components, component, component_settings, setting
 
 SERVER_OPTIMIZERS = tuple(SERVER_STEPS)
-SCAFFOLD_VARIANTS = ("auto", "gradient", "update")
 
 __all__ = ["Method", "LocalObjective", "FreezeSchedule", "ServerOptimizer", "register", "unregister", "names",
            "describe", "build", "composition", "results_revision", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS",
            "SERVER_STEPS",
            "FREEZE_SCHEDULES", "DEFAULT_SERVER_LR", "SCAFFOLD_VARIANTS", "scaffold_variant",
-           "Settings", "setting", "settings_class", "flat_names", "flat_settings", "methods_with"]
+           "Settings", "setting", "settings_class", "flat_names", "flat_settings", "methods_with", "component",
+           "component_settings", "check_components"]

@@ -39,6 +39,9 @@ subclasses Method and overrides the hooks it changes (docs/methods.md has an exa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import torch
 
@@ -48,10 +51,10 @@ from .fedopt import ServerOptimizer
 from .freezing import FREEZE_SCHEDULES
 from .objective import LocalObjective, Prox
 from .scaffold import Scaffold
-from .settings import Settings
+from .settings import Settings, component, setting
 
 __all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_probabilities", "RUNTIMES",
-           "CLIENT_HOOKS"]
+           "CLIENT_HOOKS", "ValuePenaltySettings", "ParticipationSettings"]
 
 # where a method may be asked to run besides the sequential loop (Method.cannot_run)
 RUNTIMES = ("batched", "flower")
@@ -62,6 +65,29 @@ CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "upload", "after
 PROBE = 128  # samples of a client that methods evaluate on (importance, gains, confidences)
 
 LOCAL_OBJECTIVES = {"plain": LocalObjective, "prox": Prox, "scaffold": Scaffold, "feddyn": FedDyn}
+
+
+@component
+@dataclass(frozen=True)
+class ValuePenaltySettings(Settings):
+    """C3's penalty on the value block (Method.value_l2; Config(value_l2=...), --value-l2, ...)."""
+
+    prefix: ClassVar[str] = "value"
+    l2: float = setting(0.0, "lambda of the value penalty (stage 2)", lo=0)
+    l2_mode: str = setting("ridge", "ridge: lambda/2 ||W_V||^2; prox: lambda/2 ||W_V - W_V^r||^2",
+                           choices=("ridge", "prox"))
+    l2_warmup: bool = setting(False, "apply the value penalty in stage 1 too")
+
+
+@component
+@dataclass(frozen=True)
+class ParticipationSettings(Settings):
+    """The skewed participation model (participation_probabilities; Config(participation_rate=...), ...)."""
+
+    prefix: ClassVar[str] = "participation"
+    rate: float = setting(0.1, "skewed: C, the expected share of clients per round (sum_i p_i = C N)", lo=0, hi=1,
+                          lo_open=True)
+    skew: float = setting(5.0, "skewed: a, a seeded half of the clients is (1 + a)x likelier to join", lo=0)
 
 
 @torch.no_grad()

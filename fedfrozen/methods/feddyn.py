@@ -8,11 +8,24 @@ See docs/methods.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
 from .objective import ClientVectors, LocalObjective
+from .settings import Settings, component, setting
 
-__all__ = ["FedDyn", "feddyn_step"]
+__all__ = ["FedDyn", "FedDynSettings", "feddyn_step"]
+
+
+@component
+@dataclass(frozen=True)
+class FedDynSettings(Settings):
+    """FedDyn's regulariser, local and on the server (Config(feddyn_alpha=...), --feddyn-alpha)."""
+
+    prefix: ClassVar[str] = "feddyn"
+    alpha: float = setting(0.01, "FedDyn alpha", lo=0, lo_open=True)
 
 
 class FedDyn(LocalObjective):

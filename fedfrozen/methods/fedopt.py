@@ -9,11 +9,29 @@ correction. See docs/methods.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
 from .feddyn import feddyn_step
+from .settings import Settings, component, setting
 
-__all__ = ["ServerOptimizer", "SERVER_STEPS", "DEFAULT_SERVER_LR"]
+__all__ = ["ServerOptimizer", "ServerSettings", "SERVER_STEPS", "DEFAULT_SERVER_LR"]
+
+
+@component
+@dataclass(frozen=True)
+class ServerSettings(Settings):
+    """The server step's hyperparameters (Config(server_lr=...), --server-lr, ...)."""
+
+    prefix: ClassVar[str] = "server"
+    lr: float | None = setting(None, "eta_g (None: 1 for avg/momentum, 1e-2 adam/yogi, 1e-1 adagrad)", lo=0,
+                               lo_open=True)
+    momentum: float = setting(0.9, "FedAvgM beta", lo=0, hi=1)
+    beta1: float = setting(0.9, "FedOpt beta1", lo=0, hi=1)
+    beta2: float = setting(0.99, "FedOpt beta2", lo=0, hi=1)
+    tau: float = setting(1e-3, "FedOpt adaptivity tau", lo=0, lo_open=True)
 
 
 def avg_step(buf, delta, mask, cfg, lr, n_sampled, n_clients):

@@ -26,11 +26,28 @@ they are to be chosen once on the linear-attention simulator (the where-freezing
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-__all__ = ["FreezeSchedule", "AtWarmup", "FromStart", "KernelPlateau", "DriftRatio", "Progressive",
+from .settings import Settings, component, setting
+
+__all__ = ["FreezeSchedule", "FreezeSettings", "AtWarmup", "FromStart", "KernelPlateau", "DriftRatio", "Progressive",
            "FREEZE_SCHEDULES"]
+
+
+@component
+@dataclass(frozen=True)
+class FreezeSettings(Settings):
+    """The adaptive freeze schedules' thresholds (Config(freeze_tau=...), --freeze-tau, ...)."""
+
+    prefix: ClassVar[str] = "freeze"
+    tau: float = setting(0.01, "kernel_plateau: relative kernel change below which a round counts as a plateau (inf: "
+                         "every round)", lo=0, inf=True)
+    rho: float = setting(4.0, "drift_ratio: freeze when qk drift exceeds rho times v drift (chosen on the simulator; "
+                         "inf: never)", lo=0, inf=True)
+    patience: int = setting(3, "adaptive schedules: consecutive rounds the condition must hold", lo=1)
 
 
 class FreezeSchedule:

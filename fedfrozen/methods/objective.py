@@ -8,9 +8,23 @@ objective asks for them. Update rules: docs/methods.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
-__all__ = ["LocalObjective", "Prox", "ClientVectors"]
+from .settings import Settings, component, setting
+
+__all__ = ["LocalObjective", "Prox", "ProxSettings", "ClientVectors"]
+
+
+@component
+@dataclass(frozen=True)
+class ProxSettings(Settings):
+    """FedProx's proximal term (Config(prox_mu=...), --prox-mu)."""
+
+    prefix: ClassVar[str] = "prox"
+    mu: float = setting(0.01, "FedProx mu", lo=0)
 
 
 class ClientVectors:

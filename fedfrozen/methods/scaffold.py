@@ -14,12 +14,28 @@ the client (Flower's Context.state) and c_i+ - c_i comes up. See docs/methods.md
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 
 from .objective import ClientVectors, LocalObjective
+from .settings import Settings, component, setting
 
-__all__ = ["Scaffold", "full_gradient", "scaffold_variant"]
+__all__ = ["Scaffold", "ScaffoldSettings", "full_gradient", "scaffold_variant", "SCAFFOLD_VARIANTS"]
+
+SCAFFOLD_VARIANTS = ("auto", "gradient", "update")
+
+
+@component
+@dataclass(frozen=True)
+class ScaffoldSettings(Settings):
+    """Which of SCAFFOLD's control variates (Config(scaffold_variant=...), --scaffold-variant)."""
+
+    prefix: ClassVar[str] = "scaffold"
+    variant: str = setting("auto", "SCAFFOLD control variates: gradient (option I) | update (option II) | auto (II for "
+                           "sgd, else I)", choices=SCAFFOLD_VARIANTS)
 
 
 def scaffold_variant(cfg) -> str:

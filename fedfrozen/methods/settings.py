@@ -25,7 +25,8 @@ import typing
 from dataclasses import dataclass
 from typing import ClassVar
 
-__all__ = ["Settings", "setting", "check_value", "spec", "flat_name", "annotation_type"]
+__all__ = ["Settings", "setting", "check_value", "spec", "flat_name", "annotation_type", "component",
+           "component_settings", "check_components"]
 
 
 def setting(default=dataclasses.MISSING, help: str = "", *, factory=None, lo=None, hi=None, lo_open: bool = False,
@@ -174,3 +175,54 @@ def spec(cls) -> list[dict]:
     """One dict per setting of `cls`: name, flat name, default, help, (base, element, optional) type."""
     return [{"name": name, "flat": flat_name(cls, name), "default": f.default, "help": f.metadata.get("help", ""),
              "type": _type(cls, f.name)} for name, f in cls.fields().items()]
+
+
+# --- the settings of a run's components ------------------------------------------------------------------------
+# A component (a local objective, the server step, a freeze schedule, the value penalty, client participation, the
+# pre-training, the batched engine) declares its settings beside its code as a Settings class registered with
+# `component`. A Config takes each by its flat name (Config(prox_mu=0.1), --prox-mu, Flower's prox-mu, the cache
+# key's name), keeps the ones that differ from their defaults in Config.components, and gives them back as
+# attributes (cfg.prox_mu), so the component reads its settings where it always did.
+_COMPONENTS: list = []
+_COMPONENT_FLAT: dict = {}
+
+
+def component(cls):
+    """Class decorator: register the settings class of a component (its flat names must be new)."""
+    if not (isinstance(cls, type) and issubclass(cls, Settings)) or not cls.prefix:
+        raise TypeError(f"component: {cls!r} must subclass Settings and have a prefix")
+    taken = component_settings()
+    clash = [flat_name(cls, name) for name in cls.fields() if flat_name(cls, name) in taken]
+    if clash and cls not in _COMPONENTS:
+        raise ValueError(f"component {cls.__name__}: {clash} already belong to another component")
+    if cls not in _COMPONENTS:
+        _COMPONENTS.append(cls)
+        _COMPONENT_FLAT.clear()
+    return cls
+
+
+def component_settings() -> dict:
+    """flat name -> (the component's settings class, the setting's field), in registration order."""
+    if not _COMPONENT_FLAT:
+        for cls in _COMPONENTS:
+            for name, f in cls.fields().items():
+                _COMPONENT_FLAT[flat_name(cls, name)] = (cls, f)
+    return _COMPONENT_FLAT
+
+
+def check_components(values: dict) -> dict:
+    """Config.components normalised: every name a registered component's setting (else a ValueError naming it),
+    every value checked by its declaration (`check_value`), the ones at their defaults dropped."""
+    if not isinstance(values, dict):
+        raise ValueError(f"components must be a dict of component settings by flat name; got {values!r}")
+    known = component_settings()
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"components: no component has the setting(s) {unknown} (they are: {', '.join(known)})")
+    out = {}
+    for flat, (cls, f) in known.items():  # in registration order: one spelling per run
+        if flat in values:
+            value = check_value(flat, _type(cls, f.name), f.metadata, values[flat])
+            if value != f.default:
+                out[flat] = value
+    return out
