@@ -1,7 +1,6 @@
 """The Flower apps (fedfrozen.flower) run the same federation as fedfrozen.run."""
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -264,11 +263,11 @@ def test_run_config_keys_map_to_config_fields():
     assert got == whole  # a whole Config wins over the named keys (which Flower fills from the defaults)
     with pytest.raises(ValueError, match="method must be one of"):
         fl.config_from_run({"method": "fedsomething"})
-    # the keys are generated from Config's fields: every scalar field has one, by its dashed name
+    # the keys are generated from Config's fields and the components' settings: every scalar one has one, by its
+    # dashed name
     later = fl.config_from_run({"lr-schedule": "cosine", "eval-window": 5, "train-subset": 0, "amp": False})
     assert (later.lr_schedule, later.eval_window, later.train_subset) == ("cosine", 5, None)  # 0: an unset count
-    scalar = {f.name for f in dataclasses.fields(ff.Config)
-              if ff.config.field_type(f.name)[0] in (bool, int, float, str)}
+    scalar = {name for name, _, _ in ff.config.settings() if ff.config.field_type(name)[0] in (bool, int, float, str)}
     assert set(fl.RUN_CONFIG_FIELDS.values()) == scalar and fl.RUN_CONFIG_FIELDS["num-clients"] == "n_clients"
 
 
