@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "project_root", "notebooks", "DRY_RUN_ENV",
-           "dry_run_settings", "THREADS_ENV", "threads_setting", "use_threads", "RUN_LOG_ENV", "log_run"]
+           "dry_run_settings", "THREADS_ENV", "threads_setting", "use_threads", "follow_threads", "RUN_LOG_ENV",
+           "log_run"]
 
 THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
@@ -212,13 +213,26 @@ def use_threads(default: int = 1) -> int:
     process is busy on the machine, torch's threads spin against each other and a notebook's own work (notebook
     01's simulator, single runs, plotting) slows by an order of magnitude (measured: docs/engines.md). Every
     notebook calls it where it starts; `fedfrozen reproduce` sets FEDFROZEN_THREADS for the kernels it starts,
-    and `ff.run_many` runs each of its workers on one thread."""
+    and `ff.run_many` runs each of its workers on one thread. The count is also put in FEDFROZEN_THREADS, so that
+    the processes this one starts (a Flower federation's apps: `follow_threads`) compute as it does: a run's
+    floating-point sums, and so its History, depend on the thread count."""
     import torch
 
     n = threads_setting() or default
+    os.environ[THREADS_ENV] = str(n)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+def follow_threads() -> None:
+    """Set torch's CPU threads to FEDFROZEN_THREADS if it is set (fedfrozen.run and the Flower apps: the same
+    count as the process that started them); else leave them."""
+    import torch
+
+    n = threads_setting()
+    if n is not None and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 def log_run(key: str, experiment: str, cached: bool, seconds: float) -> None:

@@ -28,7 +28,7 @@ from . import batched, data, local, methods, models, partition, pretrain, qkv
 from .config import Config, identity, stored_form
 from .flat import FlatParams
 from .history import History
-from .io import atomic_write, environment, threads_setting
+from .io import atomic_write, environment, follow_threads
 from .progress import progress_bar
 from .rng import seed_for
 from .round import LocalTraining, Round, evaluate, evaluate_round, lr_at, round_metrics
@@ -190,9 +190,7 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
     if resume_from is not None and not os.path.exists(resume_from):
         raise FileNotFoundError(f"resume_from: no checkpoint at {resume_from}")
     cfg.validate()
-    threads = threads_setting()
-    if threads is not None and torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+    follow_threads()
     for said in cfg.warnings():
         warnings.warn(said, UserWarning, stacklevel=2)
     method = methods.build(cfg)

@@ -354,6 +354,25 @@ def test_threads_are_set_by_flag_or_environment(monkeypatch):
         os.environ.pop(io.THREADS_ENV, None)
 
 
+def test_a_notebooks_thread_count_reaches_the_processes_it_starts(monkeypatch):
+    """use_threads (every notebook's first cell) puts its count in FEDFROZEN_THREADS, and follow_threads (fedfrozen.run,
+    the Flower apps) takes it: a Flower deployment started from a notebook sums as the notebook's own loop does, so
+    notebook 08's Flower run equals its fedfrozen.run (its floating-point sums depend on the thread count)."""
+    before = torch.get_num_threads()
+    monkeypatch.delenv(io.THREADS_ENV, raising=False)
+    try:
+        assert io.use_threads() == 1 and os.environ[io.THREADS_ENV] == "1" and torch.get_num_threads() == 1
+        monkeypatch.setenv(io.THREADS_ENV, "2")  # what a started process finds in its environment
+        io.follow_threads()
+        assert torch.get_num_threads() == 2
+        monkeypatch.delenv(io.THREADS_ENV)
+        io.follow_threads()  # unset: left as it is
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+        os.environ.pop(io.THREADS_ENV, None)
+
+
 def test_a_failed_download_is_one_clear_error(tmp_path, monkeypatch):
     from fedfrozen import data
 

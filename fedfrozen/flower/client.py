@@ -14,7 +14,7 @@ from flwr.clientapp import ClientApp
 
 from .. import loop, methods, qkv
 from ..config import Config
-from ..io import atomic_write
+from ..io import atomic_write, follow_threads
 from ..round import LocalTraining, Plan
 
 __all__ = ["app", "train_client", "failing", "kept_state", "keep_state"]
@@ -88,6 +88,7 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    follow_threads()  # the thread count of the process that started the federation (its sums are the loop's)
     conf = msg.content["config"]
     cfg = Config.from_dict(json.loads(conf["fedfrozen"]))
     cid = int(context.node_config["partition-id"])

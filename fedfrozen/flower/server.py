@@ -13,6 +13,7 @@ from flwr.serverapp.strategy import FedAvg
 from .. import loop, methods, qkv
 from ..config import Config
 from ..history import History
+from ..io import follow_threads
 from . import check_supported, config_from_run
 
 __all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server"]
@@ -166,6 +167,7 @@ def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "", checkpoin
     resumed run's History equals the uninterrupted one's). client_state_dir: a folder on each node's machine where
     the client also keeps its Method.client_state (a new run's Context.state starts empty: this is what a resumed
     run's clients read). stop_after: stop after this many rounds in all (to interrupt a run on purpose)."""
+    follow_threads()  # the thread count of the process that started the federation (its sums are the loop's)
     strategy = FedFrozenStrategy(cfg, fail=fail, checkpoint=checkpoint, client_state_dir=client_state_dir)
     last = cfg.rounds if stop_after is None else min(stop_after, cfg.rounds)
     if last > strategy.first:
