@@ -13,6 +13,11 @@ few minutes once per setting). Runs not in the cache are trained by the executio
 are, so on an empty cache this tool is the end-to-end reproduction.
 
 The paper's notebooks (PAPER) and all of them have a budget on the 2-core machine: 3 h and 5 h (README).
+
+A run's recorded seconds are what it took when it was trained, tests or other runs beside it included (a five-epoch
+run recorded 407 s took 175 s with only its pair running). So the tool also gives an idle estimate: each run at
+IDLE_ROUND seconds a round plus IDLE_EPOCH per local epoch, measured on this machine with two 120-round runs at a
+time and nothing else running (one epoch: 46 s a run; five: 175 s; benchmarks/round_time.py measures a round).
 """
 
 import argparse
@@ -25,11 +30,23 @@ from pathlib import Path
 import nbclient
 import nbformat
 
+from fedfrozen.experiments import results_root
 from fedfrozen.io import KERNEL_ARGS, RUN_LOG_ENV
 
 root = Path(__file__).resolve().parents[1]
 PAPER = ("00", "03", "04", "05", "06", "07")  # the notebooks of the paper's tables and figures
 BUDGET_HOURS = {"paper": 3.0, "all": 5.0}
+IDLE_ROUND, IDLE_EPOCH = 0.114, 0.269  # seconds a round: evaluation and overhead; each local epoch (measured above)
+
+
+def idle_seconds(experiment: str, key: str) -> float:
+    """A run's time on the idle machine, two at a time (IDLE_ROUND, IDLE_EPOCH), from its stored config."""
+    d = json.loads((results_root() / experiment / key / "config.json").read_text())
+    d = d.get("config", d)
+    epochs = d.get("local_epochs") or 1
+    if d.get("local_steps"):  # about 6 steps make an epoch at the cpu profile
+        epochs = d["local_steps"] / 6
+    return d.get("rounds", 60) * (IDLE_ROUND + IDLE_EPOCH * epochs)
 
 
 def runs_of(log: Path) -> dict:
@@ -59,8 +76,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.workers < 1:
         ap.error(f"--workers must be >= 1; got {args.workers}")
-    seen, totals = set(), {"paper": 0.0, "all": 0.0}
-    print(f"{'notebook':<34} {'runs':>5} {'new':>5} {'trained now':>11} {'run hours':>9} {'exec s':>7} {'minutes':>8}")
+    seen, totals, idle = set(), {"paper": 0.0, "all": 0.0}, {"paper": 0.0, "all": 0.0}
+    print(f"{'notebook':<34} {'runs':>5} {'new':>5} {'trained now':>11} {'run hours':>9} {'exec s':>7} {'minutes':>8} "
+          f"{'idle min':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
             if args.numbers and path.name[:2] not in args.numbers:
@@ -74,14 +92,15 @@ def main() -> None:
             seen.update(runs)
             run_seconds = sum(new.values())
             minutes = (run_seconds / args.workers + wall) / 60
-            totals["all"] += minutes
-            if path.name[:2] in PAPER:
-                totals["paper"] += minutes
+            calm = (sum(idle_seconds(*k) for k in new) / args.workers + wall) / 60
+            for name in ("all", "paper") if path.name[:2] in PAPER else ("all",):
+                totals[name] += minutes
+                idle[name] += calm
             print(f"{path.stem:<34} {len(runs):>5} {len(new):>5} {trained:>11} {run_seconds / 3600:>9.2f} {wall:>7.0f} "
-                  f"{minutes:>8.1f}", flush=True)
+                  f"{minutes:>8.1f} {calm:>8.1f}", flush=True)
     for name, minutes in totals.items():
-        print(f"{name}: {minutes / 60:.2f} h from an empty cache with {args.workers} workers "
-              f"(budget {BUDGET_HOURS[name]:g} h)")
+        print(f"{name}: {minutes / 60:.2f} h from an empty cache with {args.workers} workers as recorded, "
+              f"{idle[name] / 60:.2f} h idle (budget {BUDGET_HOURS[name]:g} h)")
 
 
 if __name__ == "__main__":
