@@ -305,6 +305,13 @@ def _ray_task(cfg, root, experiment, checkpoint_seconds) -> dict:
 BACKENDS = ("local", "ray")
 
 
+def _work(cfg) -> float:
+    """A run's local work, to train the longest runs first (sorted() keeps the given order among equals): rounds times
+    local epochs, or local steps over a nominal six a round."""
+    per_round = cfg.local_epochs if cfg.local_steps is None else cfg.local_steps / 6
+    return cfg.rounds * (per_round or 1)
+
+
 def run_many(cfgs, root=None, experiment: str = "default", workers: int | None = None,
              progress: bool = True, backend: str | None = None, checkpoint_seconds: float = CHECKPOINT_SECONDS) -> list:
     """Histories of many configs, in order: cached ones loaded, the rest trained in parallel.
@@ -332,7 +339,7 @@ def run_many(cfgs, root=None, experiment: str = "default", workers: int | None =
     if dry_run_settings() is not None:  # a dry run times each config alone, in this process
         return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]
     missing = {}
-    for cfg in cfgs:
+    for cfg in sorted(cfgs, key=_work, reverse=True):  # the longest first: no long run left alone at the end
         if _load_cached(Path(root) / experiment / config_key(cfg), cfg) is None:
             missing.setdefault(config_key(cfg), cfg)
     workers = workers or os.cpu_count() or 1

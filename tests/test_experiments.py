@@ -43,6 +43,23 @@ def test_run_many_retrains_a_corrupt_entry(tmp_path):
     assert hists[0].cached and len(hists[1]) == 1
 
 
+def test_run_many_trains_the_longest_first_and_returns_in_the_given_order(tmp_path, monkeypatch):
+    """The missing runs start longest first (a long run left for last would run alone on one core); the Histories
+    come back in the order of the configs, each the one run alone gives."""
+    cfgs = [tiny_config(rounds=1, seed=0), tiny_config(rounds=3, seed=1), tiny_config(rounds=2, seed=2)]
+    started = []
+    real = experiments.run_or_load
+
+    def spy(cfg, *a, **k):
+        started.append(cfg.rounds)
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(experiments, "run_or_load", spy)
+    hists = ff.run_many(cfgs, root=tmp_path, experiment="t", workers=1, progress=False)
+    assert started[:3] == [3, 2, 1]  # trained longest first (then the three loaded back, in the given order)
+    assert [len(h) for h in hists] == [1, 3, 2] and hists[1].same_as(ff.run(cfgs[1], progress=False))
+
+
 def test_an_interrupted_run_or_load_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     cfg = tiny_config(method="fedfrozen", rounds=4, warmup_rounds=2)
     full = ff.run(cfg, progress=False)
