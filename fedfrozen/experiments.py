@@ -222,7 +222,7 @@ def run_or_load(cfg, root=None, experiment: str = "default", force: bool = False
             hist = _run_or_load_locked(cfg, folder, force, progress, checkpoint_seconds)
     except BlockingIOError:
         raise RunningElsewhere(f"another process is training this config ({folder}); not waiting") from None
-    log_run(key, experiment, hist.cached, sum(row.get("seconds") or 0.0 for row in hist.rows))
+    log_run(key, experiment, hist)
     return hist
 
 

@@ -235,13 +235,14 @@ def follow_threads() -> None:
         torch.set_num_threads(n)
 
 
-def log_run(key: str, experiment: str, cached: bool, seconds: float) -> None:
-    """Append one line {key, experiment, cached, seconds} to the file named by FEDFROZEN_RUN_LOG, if it is set:
-    which runs a notebook uses and how long each took to train (the sum of its rounds' seconds, measured when it
-    was trained), read by tools/budget.py. Nothing when the variable is unset."""
+def log_run(key: str, experiment: str, hist) -> None:
+    """Append one line {key, experiment, cached, seconds} for History `hist` to the file named by FEDFROZEN_RUN_LOG,
+    if it is set: which runs a notebook uses and how long each took to train (the sum of its rounds' seconds,
+    measured when it was trained), read by tools/budget.py. Nothing, not even the sum, when the variable is unset."""
     path = os.environ.get(RUN_LOG_ENV)
     if not path:
         return
-    line = json.dumps({"key": key, "experiment": experiment, "cached": bool(cached), "seconds": float(seconds)})
+    seconds = sum(row.get("seconds") or 0.0 for row in hist.rows)
+    line = json.dumps({"key": key, "experiment": experiment, "cached": bool(hist.cached), "seconds": float(seconds)})
     with open(path, "a") as f:  # one short append per run: whole lines even from several processes
         f.write(line + "\n")

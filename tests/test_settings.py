@@ -261,3 +261,24 @@ def test_the_command_line_and_flower_take_component_settings_by_their_flags():
     assert cli.config_from_args(args).components == {"prox_mu": 0.3, "server_lr": 0.5}
     assert RUN_CONFIG_FIELDS["freeze-patience"] == "freeze_patience"
     assert config_from_run({"method": "fedfrozen_plateau", "freeze-patience": 5}).freeze_patience == 5
+
+
+def test_a_component_must_be_a_settings_class_with_a_prefix_and_new_names():
+    from typing import ClassVar
+
+    from fedfrozen.methods.settings import Settings, component, setting
+
+    @dataclasses.dataclass(frozen=True)
+    class NoPrefix(Settings):
+        x: int = setting(1, "x", lo=0)
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash(Settings):
+        prefix: ClassVar[str] = "prox"
+        mu: float = setting(0.5, "another mu", lo=0)
+
+    with pytest.raises(TypeError, match="must subclass Settings and have a prefix"):
+        component(NoPrefix)
+    with pytest.raises(ValueError, match=r"\['prox_mu'\] already belong to another component"):
+        component(Clash)
+    assert ff.methods.component_settings()["prox_mu"][0].__name__ == "ProxSettings"  # nothing registered

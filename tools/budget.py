@@ -49,14 +49,15 @@ def idle_seconds(experiment: str, key: str) -> float:
     return d.get("rounds", 60) * (IDLE_ROUND + IDLE_EPOCH * epochs)
 
 
-def runs_of(log: Path) -> dict:
-    """key -> seconds of every run in a run log (a run logged twice, by a worker and by its parent, counts once)."""
-    out = {}
-    if log.exists():
-        for line in log.read_text().splitlines():
-            rec = json.loads(line)
-            out[(rec["experiment"], rec["key"])] = max(out.get((rec["experiment"], rec["key"]), 0.0), rec["seconds"])
-    return out
+def runs_of(log: Path) -> tuple[dict, int]:
+    """((experiment, key) -> seconds of every run in a run log, how many were trained): a run logged twice, by the
+    worker that trained it and by its parent that loaded it, counts once."""
+    out, trained = {}, 0
+    for line in log.read_text().splitlines() if log.exists() else []:
+        rec = json.loads(line)
+        out[(rec["experiment"], rec["key"])] = max(out.get((rec["experiment"], rec["key"]), 0.0), rec["seconds"])
+        trained += rec["cached"] is False
+    return out, trained
 
 
 def execute(path: Path, log: Path) -> float:
@@ -85,9 +86,7 @@ def main() -> None:
                 continue
             log = Path(tmp) / f"{path.stem}.jsonl"
             wall = execute(path, log)
-            runs = runs_of(log)
-            trained = sum(json.loads(line)["cached"] is False for line in log.read_text().splitlines()) \
-                if log.exists() else 0
+            runs, trained = runs_of(log)
             new = {k: s for k, s in runs.items() if k not in seen}
             seen.update(runs)
             run_seconds = sum(new.values())
