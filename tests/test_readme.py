@@ -47,6 +47,17 @@ def run(cmd, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def stated_range(text: str) -> tuple[float, float]:
+    """The accuracy range the README states for an example ("in 0.6-0.9"): a range, never one machine's digits
+    (another CPU's float kernels end the same run elsewhere in it; docs/claims.md#reproducing-on-your-machine)."""
+    found = re.search(r"in (0\.\d+)-(0\.\d+)", text)
+    assert found, "the README states the range an example ends in"
+    low, high = map(float, found.groups())
+    assert 0.1 < low < high < 1.0 and high - low >= 0.1, "a range wide enough for another CPU, above chance"
+    assert not re.search(r"(?:final_test_acc=|# )0\.\d{3}", text[:400]), "no digits of one machine next to it"
+    return low, high
+
+
 def test_the_python_example_runs_as_written(tmp_path):
     (example,) = [b for b in blocks("python") if "import fedfrozen as ff" in b]
     done = run([sys.executable, "-c", example], scratch_project(tmp_path))
@@ -54,9 +65,8 @@ def test_the_python_example_runs_as_written(tmp_path):
     assert "qk" in done.stdout and "test_acc" in done.stdout and "kernel_change" in done.stdout
     assert list((tmp_path / "results").rglob("history.json"))  # run_or_load cached it where it says
     acc = float(re.search(r"final test accuracy (\d\.\d+)", done.stdout).group(1))
-    assert acc >= 0.6, f"the README's Python example should visibly learn; it ended at {acc} (chance 0.1)"
-    said = re.search(r"# (0\.\d{3})", example)
-    assert said and float(said.group(1)) == pytest.approx(acc, abs=0.0005), "the accuracy the README prints"
+    low, high = stated_range(example)
+    assert low <= acc <= high, f"the README's Python example should visibly learn: it says {low}-{high}, ended at {acc}"
 
 
 def test_the_command_line_example_runs_as_written(tmp_path):
@@ -65,8 +75,8 @@ def test_the_command_line_example_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "final_test_acc=" in done.stdout and "method=fedfrozen" in done.stdout
     acc = float(re.search(r"final_test_acc=(\d\.\d+)", done.stdout).group(1))
-    assert acc >= 0.6, f"the README's first run should visibly learn; it ended at {acc} (chance 0.1)"
-    assert f"final_test_acc={acc:.4f}" in README, "the README states the accuracy the example ends at"
+    low, high = stated_range(README[README.index(line):])
+    assert low <= acc <= high, f"the README's first run should visibly learn: it says {low}-{high}, ended at {acc}"
 
 
 def test_the_quickstart_runs_at_the_smoke_profile():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -57,12 +56,10 @@ def fingerprint(hist) -> str:
 
 
 def machine() -> str:
-    import torch
+    """The record's key: `ff.io.machine` without the thread count (the cases always run on one thread)."""
+    from fedfrozen.io import machine as signature
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else \
-        platform.processor()
-    return f"torch {torch.__version__} | {cpu} | {platform.machine()}"
+    return signature(threads=1).rsplit(" | ", 1)[0]
 
 
 def compute(names=None) -> dict:
