@@ -262,6 +262,22 @@ def cmd_dry_run(args) -> int:
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
+def cmd_verify(args) -> int:
+    from .io import follow_threads
+    from .verification import DEFAULT_RUNS, format_report, plan, verify
+
+    follow_threads()  # one thread unless --threads/FEDFROZEN_THREADS: the runs' floats depend on the count
+    runs = args.runs if args.runs is not None else DEFAULT_RUNS
+    p = plan(args.only, runs=runs, seeds=args.seeds)
+    print(f"notebook {args.only}: retraining {len(p.configs)} committed runs ({p.cost:.1f} one-epoch runs of work) "
+          f"for {len(p.verdicts)} comparisons on seeds {p.seeds}; cached under {args.out or 'results/'} "
+          f"(an interrupted verify continues)", flush=True)
+    report = verify(args.only, runs=runs, seeds=args.seeds, root=args.out, workers=args.workers,
+                    progress=not args.quiet)
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
 def cmd_select_lr(args) -> int:
     from .profiles import PAPER_LR_GRID, paper_lr_file
     from .selection import select_learning_rates
@@ -315,6 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", type=_threads, default=1,
                    help="notebooks executed at once (default 1; more share the cores, so the projection is then off)")
     d.set_defaults(func=cmd_dry_run)
+    v = sub.add_parser("verify", help="retrain a sample of a notebook's committed runs on this machine and check that "
+                                      "its paired verdicts agree (docs/claims.md: reproducing on your machine)")
+    v.add_argument("--only", default="04", help="the notebook whose committed runs to check (default 04: C1 and C2)")
+    v.add_argument("--runs", type=float, default=None,
+                   help="the most work to retrain, in one-epoch 120-round runs (default 16: about 10 minutes on 2 "
+                        "cores for notebook 04)")
+    v.add_argument("--seeds", type=int, default=3, help="seeds per comparison (the first ones both arms have; "
+                                                       "default 3)")
+    v.add_argument("--workers", type=_threads, default=2, help="runs trained at once (default 2)")
+    v.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
+    v.set_defaults(func=cmd_verify)
     s = sub.add_parser("select-lr", help="choose each method's local lr at the paper scale by the one rule")
     s.add_argument("--dataset", choices=["cifar10", "cifar100"], default="cifar10")
     s.add_argument("--methods", nargs="+", help="methods to select for (default: every registered method)")

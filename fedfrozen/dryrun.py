@@ -91,8 +91,9 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    if profile != "paper":
-        raise ValueError(f"the dry run checks the paper profile; got profile {profile!r}")
+    if profile not in ("paper", "cpu"):
+        raise ValueError(f"the dry run checks the paper profile (or the cpu one: every config it would run, e.g. to "
+                         f"list them, tools/configs.py); got profile {profile!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
         raise ValueError(f"rounds must be an integer >= 2 (both stages); got {rounds!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -106,7 +107,7 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
             shutil.copy(nb, tmp / "notebooks" / nb.name)
         # the real sizes (50,000 / 10,000 images), so seconds per round project; --tiny: 20,000 training images,
         # enough for 100 Dirichlet(0.05) clients of two samples or more (notebook 02)
-        for name, classes in (("cifar10", 10), ("cifar100", 100)):
+        for name, classes in (("cifar10", 10), ("cifar100", 100)) if profile == "paper" else ():
             per_class, test_per_class = (20_000 // classes, 5) if tiny else (50_000 // classes, 10_000 // classes)
             write_fake_cifar(name, tmp / "data", per_class=per_class, test_per_class=test_per_class)
         jobs = []

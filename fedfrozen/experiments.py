@@ -39,7 +39,7 @@ from .history import History
 from .io import atomic_dir, dry_run_settings, file_lock, log_run, project_root
 from .loop import CheckpointError, run
 
-__all__ = ["run_or_load", "run_many", "config_key", "results_root", "CHECKPOINT_SECONDS", "CheckpointError",
+__all__ = ["run_or_load", "run_many", "config_key", "asked", "results_root", "CHECKPOINT_SECONDS", "CheckpointError",
            "RunningElsewhere", "BACKENDS"]
 
 CHECKPOINT_SECONDS = 60.0  # default interval of the partial-run checkpoint
@@ -81,6 +81,18 @@ def _defaults(config_cls) -> dict:
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
                 for f in dataclasses.fields(config_cls)}
     return defaults | {"freeze": list(defaults["freeze"])}
+
+
+_ASKED: dict = {}  # cache key -> (experiment, Config) of every run this process asked run_or_load for
+
+
+def asked(key: str) -> tuple:
+    """(experiment, Config) of the run with cache key `key` that this process asked `run_or_load` (or `run_many`)
+    for: what `ff.plots.save_per_seed` commits beside a per-seed row. A KeyError names a key never asked for."""
+    if key not in _ASKED:
+        raise KeyError(f"no run with key {key!r} was asked for in this process (per-seed rows come from "
+                       f"run_or_load/run_many; {len(_ASKED)} keys were)")
+    return _ASKED[key]
 
 
 def results_root(root=None) -> Path:
@@ -206,10 +218,11 @@ def run_or_load(cfg, root=None, experiment: str = "default", force: bool = False
     (`wait=False`: raises RunningElsewhere instead). The returned History has `.cached` True when it was
     loaded.
     """
+    key = config_key(cfg)
+    _ASKED[key] = (experiment, cfg)
     dry = dry_run_settings()
     if dry is not None:
         return _dry_run(cfg, dry, root, experiment)
-    key = config_key(cfg)
     folder = results_root(root) / experiment / key
     _writable(folder.parent)
 
@@ -286,7 +299,7 @@ def _dry_run(cfg, dry: dict, root, experiment: str):
               "model": cfg.model, "rounds": cfg.rounds, "clients_per_round": cfg.clients_per_round or cfg.n_clients,
               "sec_per_round": statistics.median(r["seconds"] for r in hist.rows[1:] or hist.rows),  # round 0 warms up
               "peak_mem_MB": _peak_memory_mb(hist.env.get("device", "cpu")) if trained else None,
-              "device": hist.env.get("device")}
+              "device": hist.env.get("device"), "experiment": experiment, "config": cfg.to_dict()}
     with open(dry["log"], "a") as f:
         f.write(json.dumps(record) + "\n")
     return hist

@@ -19,7 +19,7 @@ from .partition import label_counts
 from .profiles import COMMITTED, PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
-           "plot_regime_map", "plot_verdicts", "legend_below", "TABLE_FLOAT_FORMAT", "PRECISE_FLOAT_FORMAT"]
+           "plot_regime_map", "plot_verdicts", "save_per_seed", "legend_below", "TABLE_FLOAT_FORMAT", "PRECISE_FLOAT_FORMAT"]
 
 TABLE_FLOAT_FORMAT = "%.6g"
 PRECISE_FLOAT_FORMAT = "%.17g"  # round-trips every float64
@@ -57,6 +57,25 @@ def save_table(df, name: str, profile: str, float_format: str = TABLE_FLOAT_FORM
     path = figures_dir(profile) / f"{name}.csv"
     atomic_write(path, lambda tmp: df.to_csv(tmp, float_format=float_format))
     return _relative(path)
+
+
+def save_per_seed(table, number: str, profile: str) -> list[str]:
+    """Write a notebook's per-seed table (`ff.tables.per_seed(runs)`: every run, every digit) to NN_per_seed.csv and the
+    full Config of each of its runs to NN_configs.jsonl beside it, one line per distinct cache key in the table's
+    order: {"key", "experiment", "config"}, so that any committed row can be retrained exactly (`fedfrozen verify`).
+    The configs are the ones this process asked `run_or_load` for (`ff.experiments.asked`)."""
+    import json
+
+    from .experiments import asked
+
+    lines = []
+    for key in dict.fromkeys(table["key"]):
+        experiment, cfg = asked(key)
+        lines.append(json.dumps({"key": key, "experiment": experiment, "config": cfg.to_dict()}, sort_keys=True))
+    path = figures_dir(profile) / f"{number}_configs.jsonl"
+    out = [save_table(table, f"{number}_per_seed", profile, PRECISE_FLOAT_FORMAT)]
+    atomic_write(path, lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
+    return [*out, _relative(path)]
 
 
 def plot_label_distribution(labels, parts, ax=None, title: str | None = None, max_clients: int = 50):

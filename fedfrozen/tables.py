@@ -25,7 +25,7 @@ import numpy as np
 __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "PAIRED_RULE",
            "FAMILY_RULE", "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
            "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "format_verdicts",
-           "ADJUSTED_COLUMNS", "simulated_clock"]
+           "ADJUSTED_COLUMNS", "simulated_clock", "machine_of", "UNRECORDED"]
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
                "compared as pairs: d_i = a_i - b_i over the n seeds both have; a difference holds when the 95% "
@@ -315,7 +315,7 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
     cum_bytes = (df["bytes_up"] + df["bytes_down"]).cumsum()
     from .experiments import config_key
 
-    row = {"key": config_key(cfg), **{k: getattr(cfg, k) for k in SETTINGS}}
+    row = {"key": config_key(cfg), **{k: getattr(cfg, k) for k in SETTINGS}, "machine": machine_of(hist)}
     row.update(
         final_acc=hist.final_accuracy,
         late_acc=hist.late_accuracy,
@@ -333,10 +333,23 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
     return row
 
 
+UNRECORDED = "unrecorded"  # the machine of a run whose History predates the machine signature (ff.io.machine)
+
+
+def machine_of(hist) -> str:
+    """The short machine signature a History was computed on (`ff.io.machine_id`), UNRECORDED for one written
+    before runs recorded it."""
+    from .io import machine_id
+
+    sig = (hist.env or {}).get("machine")
+    return machine_id(sig) if sig else UNRECORDED
+
+
 def summarise(cfgs, hists, target: float = 0.8, last: int = 3):
     """One row per run: its settings and headline numbers.
 
-    key: the run's cache key (`experiments.config_key`); late_acc: test accuracy over the late window
+    key: the run's cache key (`experiments.config_key`); machine: the short signature of the machine that
+    computed it (`machine_of`: runs of one key and one machine are bit-identical, docs/claims.md); late_acc: test accuracy over the late window
     (`History.late`); target: the test accuracy for `rounds_to_target` / `MB_to_target` (NaN when never
     reached); stability: std of the last `last` evaluated test accuracies (follows a trend as much as a swing);
     oscillation: the late window's swing around its trend (`History.oscillation`, docs/claims.md: C1 stability).

@@ -32,6 +32,7 @@ LAYERS = [
     ("flower apps", ["flower"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
     ("regime map", ["regime"]),
+    ("verification", ["verification"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),
 ]
