@@ -24,4 +24,5 @@ from .loop import run  # noqa: E402
 from .verification import verify  # noqa: E402
 
 __all__ = ["Config", "History", "run", "run_or_load", "run_many", "data", "experiments", "methods", "models",
-           "layouts", "partition", "plots", "profiles", "qkv", "regime", "tables", "verification", "verify", "__version__"]
+           "layouts", "partition", "plots", "profiles", "qkv", "regime", "tables", "verification", "verify",
+           "__version__"]

@@ -19,7 +19,8 @@ from .partition import label_counts
 from .profiles import COMMITTED, PROFILES
 
 __all__ = ["figures_dir", "save_figure", "save_table", "plot_label_distribution", "plot_mean_std", "best_by",
-           "plot_regime_map", "plot_verdicts", "save_per_seed", "legend_below", "TABLE_FLOAT_FORMAT", "PRECISE_FLOAT_FORMAT"]
+           "plot_regime_map", "plot_verdicts", "save_per_seed", "legend_below", "TABLE_FLOAT_FORMAT",
+           "PRECISE_FLOAT_FORMAT"]
 
 TABLE_FLOAT_FORMAT = "%.6g"
 PRECISE_FLOAT_FORMAT = "%.17g"  # round-trips every float64
@@ -134,11 +135,13 @@ def legend_below(fig, ax=None, ncol: int | None = None, title: str | None = None
                       frameon=False, fontsize=fontsize, title=title, title_fontsize=fontsize)
 
 
-def plot_verdicts(df, ax=None, title: str | None = None):
+def plot_verdicts(df, ax=None, title: str | None = None, interval: str = "half_width"):
     """Forest plot of paired verdicts (a `tables.verdict_table`, several concatenated): one row per comparison,
-    grouped by claim, the mean paired difference d in percentage points with its 95% interval; filled markers
-    where the difference holds (by `verdict_holm`, the family's Holm-adjusted verdict, when the table has it;
-    else the interval excludes 0), hollow where it does not. The x axis is symmetric about 0."""
+    grouped by claim, the mean paired difference d in percentage points with the interval of column `interval`
+    (the 95% half-width; "half_width_holm" for the Holm-adjusted one, `tables.adjusted_half_width`, which excludes 0
+    exactly where the fill says it holds); filled markers where the difference holds (by `verdict_holm`, the
+    family's Holm-adjusted verdict, when the table has it; else the interval excludes 0), hollow where it does not.
+    The x axis is symmetric about 0."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -146,7 +149,7 @@ def plot_verdicts(df, ax=None, title: str | None = None):
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.2))
     y = np.arange(len(rows))[::-1]
-    d, hw = 100 * rows["d"].to_numpy(float), 100 * rows["half_width"].to_numpy(float)
+    d, hw = 100 * rows["d"].to_numpy(float), 100 * rows[interval].to_numpy(float)
     resolved = rows["verdict_holm" if "verdict_holm" in rows else "verdict"].isin(["higher", "lower"]).to_numpy()
     colours = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}
     handles = []
@@ -165,7 +168,8 @@ def plot_verdicts(df, ax=None, title: str | None = None):
     ax.set_xlim(-1.1 * reach, 1.1 * reach)
     ax.set_yticks(y, [f"{c}  {t}" for c, t in zip(rows["claim"], rows["comparison"])], fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.set_xlabel("paired difference in test accuracy, d (percentage points; 95% interval)")
+    ax.set_xlabel("paired difference in test accuracy, d (percentage points; "
+                  + ("interval at each comparison's Holm level)" if interval == "half_width_holm" else "95% interval)"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if title:
         ax.set_title(title, fontsize=9)

@@ -25,7 +25,7 @@ import numpy as np
 __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "PAIRED_RULE",
            "FAMILY_RULE", "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
            "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "format_verdicts",
-           "ADJUSTED_COLUMNS", "simulated_clock", "machine_of", "UNRECORDED"]
+           "ADJUSTED_COLUMNS", "simulated_clock", "adjusted_half_width", "arm_rows", "machine_of", "UNRECORDED"]
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
                "compared as pairs: d_i = a_i - b_i over the n seeds both have; a difference holds when the 95% "
@@ -162,6 +162,22 @@ def holm(pvalues) -> list[float]:
     return out
 
 
+def adjusted_half_width(d: float, half_width: float, n: int, p: float, p_holm: float, level: float = 0.05) -> float:
+    """The half-width of the interval adjusted the way Holm adjusts the verdict: the paired t-interval at confidence
+    1 - level * p / p_holm (each comparison's own Holm level), which excludes 0 exactly when p_holm < level; so an
+    interval drawn with it agrees with the family's verdict (the headline figure). inf for one seed, 0 for identical
+    arms."""
+    sd = sd_from_half_width(half_width, int(n))
+    if not math.isfinite(sd):
+        return math.inf
+    if sd == 0 or p == 0:
+        return 0.0
+    from scipy.stats import t
+
+    alpha = level * min(1.0, p / p_holm) if p_holm > 0 else level
+    return float(t.ppf(1 - alpha / 2, int(n) - 1) * sd / math.sqrt(int(n)))
+
+
 def compare_runs(values_a, values_b) -> Comparison:
     """Paired values of a against b (PAIRED_RULE): position i of each is the same seed. Pairs with a
     non-finite value on either side are left out (n counts the rest)."""
@@ -284,12 +300,26 @@ def recompute(verdicts, runs):
     return verdict_table([(cl, lab, c, m) for cl, lab, c, m in rows])
 
 
+def arm_rows(runs, by, labels):
+    """The rows of a per-seed table that form one arm of a verdict: those whose `by` columns equal `labels` (the
+    verdict table's `by` and `a`/`b`, JSON-decoded)."""
+    mask = np.ones(len(runs), dtype=bool)
+    for col, value in zip(by, labels):
+        column = runs[col]
+        mask &= (column.isna() if value is None else (column == value)).to_numpy()
+    return runs[mask]
+
+
 def format_verdicts(table) -> str:
     """A verdict table as the notebooks print it: each comparison's d +- half-width (n), its own verdict, the
     verdict after Holm over the table, the difference it detects at 80% power, and for an unresolved one the
     bound its interval gives (docs/claims.md)."""
     lines = []
     for v in table.itertuples(index=False):
+        if v.d == 0 and v.half_width == 0:  # the same runs in both arms, or a measure at its floor in both
+            lines.append(f"{v.claim} {v.comparison} [{v.measure}]: d = +0.000 ± 0.000 ({int(v.n)}); the same value on "
+                         f"every seed in both arms (the same runs, or both at the measure's floor): nothing to judge")
+            continue
         after = v.verdict_holm if v.verdict_holm != UNRESOLVED else "not resolved"
         bound = (f"; bound: {v.d - v.half_width:+.3f} to {v.d + v.half_width:+.3f}"
                  if v.verdict_holm == UNRESOLVED and math.isfinite(v.half_width) else "")
@@ -349,7 +379,8 @@ def summarise(cfgs, hists, target: float = 0.8, last: int = 3):
     """One row per run: its settings and headline numbers.
 
     key: the run's cache key (`experiments.config_key`); machine: the short signature of the machine that
-    computed it (`machine_of`: runs of one key and one machine are bit-identical, docs/claims.md); late_acc: test accuracy over the late window
+    computed it (`machine_of`: runs of one key and one machine are bit-identical, docs/claims.md); late_acc: test
+    accuracy over the late window
     (`History.late`); target: the test accuracy for `rounds_to_target` / `MB_to_target` (NaN when never
     reached); stability: std of the last `last` evaluated test accuracies (follows a trend as much as a swing);
     oscillation: the late window's swing around its trend (`History.oscillation`, docs/claims.md: C1 stability).

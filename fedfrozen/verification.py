@@ -105,14 +105,6 @@ def _read(number: str, figures: Path):
     return verdicts, runs, configs
 
 
-def _arm(runs, by: list, labels: list):
-    mask = True
-    for col, value in zip(by, labels):
-        column = runs[col]
-        mask = mask & (column.isna() if value is None else (column == value))
-    return runs[mask]
-
-
 def _priority(v) -> int:
     if v.verdict_holm in ("higher", "lower"):
         return 0
@@ -124,6 +116,8 @@ def plan(number: str = "04", runs: int = DEFAULT_RUNS, seeds: int = DEFAULT_SEED
     argument or a notebook without committed runs and configs."""
     import pandas as pd
 
+    from .tables import arm_rows
+
     for name, value, low in (("runs", runs, 1), ("seeds", seeds, 2)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
             raise ValueError(f"{name} must be a number >= {low}; got {value!r}")
@@ -133,7 +127,7 @@ def plan(number: str = "04", runs: int = DEFAULT_RUNS, seeds: int = DEFAULT_SEED
         if v.measure not in table.columns or v.n < seeds:
             continue
         by = json.loads(v.by)
-        arms = [_arm(table, by, json.loads(lab)) for lab in (v.a, v.b)]
+        arms = [arm_rows(table, by, json.loads(lab)) for lab in (v.a, v.b)]
         shared = sorted(set(arms[0]["seed"]) & set(arms[1]["seed"]))[:seeds]
         if len(shared) < seeds:
             continue
@@ -155,8 +149,8 @@ def plan(number: str = "04", runs: int = DEFAULT_RUNS, seeds: int = DEFAULT_SEED
     chosen.sort(key=lambda c: c[0])
     rows = pd.concat([r for _, r, _ in chosen]).drop_duplicates()
     seeds_used = sorted({s for _, _, shared in chosen for s in shared})
-    return Plan(number, verdicts.iloc[[i for i, _, _ in chosen]], rows, {k: configs[k] for k in dict.fromkeys(rows["key"])},
-                seeds_used)
+    keys = dict.fromkeys(rows["key"])
+    return Plan(number, verdicts.iloc[[i for i, _, _ in chosen]], rows, {k: configs[k] for k in keys}, seeds_used)
 
 
 def _measures(p: Plan) -> list:

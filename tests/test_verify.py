@@ -118,7 +118,7 @@ def test_bad_arguments_are_refused_before_any_training(committed, tmp_path):
     folder, _ = committed
     with pytest.raises(ValueError, match="only: a notebook number"):
         ff.verify("4", figures=folder / "figures", root=tmp_path)
-    with pytest.raises(ValueError, match=r"only: notebook 98 has no 98_verdicts.csv, 98_per_seed.csv, 98_configs.jsonl"):
+    with pytest.raises(ValueError, match=r"notebook 98 has no 98_verdicts.csv, 98_per_seed.csv, 98_configs.jsonl"):
         ff.verify("98", figures=folder / "figures", root=tmp_path)
     for name, kwargs in (("runs", dict(runs=0)), ("seeds", dict(seeds=1)), ("runs", dict(runs=True))):
         with pytest.raises(ValueError, match=f"{name} must be"):
