@@ -110,41 +110,53 @@ def verdicts() -> pd.DataFrame:
 
 def test_every_verdict_the_readme_quotes_is_one_the_notebooks_wrote_with_its_family_verdict():
     table = README[README.index("## What holds"):README.index("## Quickstart")]
-    quoted = re.findall(r"d = ([+−-]\d\.\d{3}) ± (\d\.\d{3}) \((\d+)\): (lower|higher|not resolved)", table)
-    assert len(quoted) >= 9
-    written = {(f"{d:+.3f}", f"{h:.3f}", str(n)): v.replace("no difference resolved", "not resolved")
-               for d, h, n, v in verdicts()[["d", "half_width", "n", "verdict_holm"]].itertuples(index=False)}
+    quoted = re.findall(r"d = ([+−-]\d\.\d{3}) ± (\d\.\d{3}) \((\d+)\): (lower alone|higher alone|lower|higher|"
+                        r"not resolved)", table)
+    assert len(quoted) >= 15
+    written = {(f"{d:+.3f}", f"{h:.3f}", str(n)): (alone, after)
+               for d, h, n, alone, after in verdicts()[["d", "half_width", "n", "verdict", "verdict_holm"]].itertuples(
+                   index=False)}
     for d, h, n, said in quoted:
         key = (d.replace("−", "-"), h, n)
         assert key in written, f"README quotes d = {d} ± {h} ({n}), which no verdict table holds"
-        assert said == written[key], f"README says {said!r} for d = {d} ± {h} ({n}); after Holm it is {written[key]!r}"
+        alone, after = written[key]
+        if said.endswith(" alone"):  # resolved by the paired rule, not after Holm over the family
+            assert after == "no difference resolved" and alone == said.split()[0], (d, h, n, said, alone, after)
+        else:
+            assert said == after.replace("no difference resolved", "not resolved"), (d, h, n, said, after)
 
 
 def test_the_readme_family_is_the_notebooks_tables_judged_together():
-    """readme_verdicts.csv is the verdict tables of 03-06 adjusted as one family, each table also adjusted alone."""
+    """readme_verdicts.csv is the verdict tables of 03-06 (and 06's drift family) adjusted as one family, each table
+    also adjusted alone; a comparison two notebooks make over the same runs (their cache keys) counts once."""
     import fedfrozen as ff
 
-    frames = [pd.read_csv(p, index_col=0) for p in sorted((ROOT / "figures").glob("0[3-6]_verdicts.csv"))]
+    sys.path.insert(0, str(ROOT / "tools"))
+    import headline
+
+    frames = [pd.read_csv(ROOT / "figures" / f"{nb}_verdicts.csv", index_col=0) for nb in headline.NOTEBOOKS]
     for f in frames:  # each notebook's table is its own family
         # (the CSV keeps 6 significant digits of d and the half-width: p recomputed from them agrees to 1e-4)
         pd.testing.assert_frame_equal(ff.tables.adjust(f.drop(columns=ff.tables.ADJUSTED_COLUMNS)), f, rtol=1e-4)
-    joined = pd.concat(frames, ignore_index=True).drop(columns=ff.tables.ADJUSTED_COLUMNS)
     family = verdicts()
+    joined = headline.verdicts("cpu")
     assert len(family) < len(joined)  # notebook 04's T0 = 25% rows are notebook 03's comparisons: counted once
-    joined = joined.drop_duplicates(subset=["measure", "d", "half_width", "n"], ignore_index=True)
-    assert len(family) == len(joined)
-    again = ff.tables.adjust(joined)
+    assert len(family) == len(joined.drop_duplicates(subset=["measure", "runs"]))
+    for row in family.itertuples(index=False):  # every family row is a row some notebook wrote, digit for digit
+        same = joined[(joined["comparison"] == row.comparison) & (joined["measure"] == row.measure)]
+        assert ((same["d"] == row.d) & (same["half_width"] == row.half_width) & (same["n"] == row.n)).any(), row
+    again = ff.tables.adjust(family.drop(columns=[*ff.tables.ADJUSTED_COLUMNS, "low", "high", "half_width_holm"]))
     assert list(again["verdict_holm"]) == list(family["verdict_holm"])
     assert again["p_holm"].to_numpy() == pytest.approx(family["p_holm"].to_numpy(), rel=1e-4)
 
 
-def test_the_power_the_readme_states_is_the_tables():
-    table = README[README.index("## What holds"):README.index("## Quickstart")]
-    c1 = verdicts().set_index("comparison")["detectable"]
-    stated = re.search(r"detects ([\d.]+) points at IID,\s+([\d.]+) at Dir 0\.5 and ([\d.]+) at Dir 0\.1", table)
-    assert stated, "the README states what FedFrozen's C1 comparisons detect"
-    for value, spec in zip(stated.groups(), ("iid", "dirichlet:0.5", "dirichlet:0.1")):
-        assert float(value) == pytest.approx(100 * c1[f"FedFrozen − FedAvg, {spec}"], abs=0.05)
+def test_the_headline_intervals_agree_with_the_fill():
+    """The headline figure draws each interval at its comparison's Holm level: it excludes 0 exactly where the
+    family's verdict holds."""
+    family = verdicts()
+    excludes = (family["d"].abs() > family["half_width_holm"]).tolist()
+    assert excludes == family["verdict_holm"].isin(["higher", "lower"]).tolist()
+    assert (family["half_width_holm"] >= family["half_width"] - 1e-12).all()  # never narrower than the 95% one
 
 
 def test_the_readme_is_a_front_page():

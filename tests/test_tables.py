@@ -260,3 +260,36 @@ def test_oscillation_is_zero_for_a_trend_and_the_amplitude_of_a_swing():
     assert oscillation(bend) < 0.1 * oscillation(swing)
     assert oscillation(swing) == pytest.approx(0.05, rel=0.05)
     assert math.isnan(oscillation([0.5, 0.6]))
+
+
+def test_the_adjusted_interval_excludes_0_exactly_when_holm_resolves():
+    from fedfrozen.tables import adjust, adjusted_half_width
+
+    table = pd.DataFrame({"d": [0.02, 0.01, -0.03, 0.004, 0.0], "half_width": [0.01, 0.009, 0.02, 0.01, 0.0],
+                          "n": [5, 5, 15, 3, 5]})
+    out = adjust(table)
+    widths = [adjusted_half_width(*r) for r in zip(out["d"], out["half_width"], out["n"], out["p"], out["p_holm"])]
+    for d, h, w, v in zip(out["d"], out["half_width"], widths, out["verdict_holm"]):
+        assert (abs(d) > w) == (v != "no difference resolved")
+        assert w >= h - 1e-12  # Holm's level is never looser than 95%
+    assert widths[-1] == 0.0  # identical arms
+    assert adjusted_half_width(0.1, math.inf, 1, 1.0, 1.0) == math.inf
+    # a family of one: the 95% interval itself
+    assert adjusted_half_width(0.02, 0.01, 5, 0.003, 0.003) == pytest.approx(0.01, rel=1e-9)
+
+
+def test_format_verdicts_says_when_both_arms_give_the_same_values():
+    from fedfrozen.tables import adjust, format_verdicts
+
+    row = dict(claim="C1", comparison="a − b", measure="late_acc", d=0.0, half_width=0.0, n=3,
+               verdict="no difference resolved")
+    text = format_verdicts(adjust(pd.DataFrame([row])))
+    assert "the same value on every seed in both arms" in text and "detects" not in text
+
+
+def test_arm_rows_selects_by_labels():
+    from fedfrozen.tables import arm_rows
+
+    runs = pd.DataFrame({"regime": ["a", "a", "b"], "alpha": [0.1, 0.5, 0.1], "key": ["k1", "k2", "k3"]})
+    assert list(arm_rows(runs, ["regime", "alpha"], ["a", 0.1])["key"]) == ["k1"]
+    assert list(arm_rows(runs, ["alpha"], [0.1])["key"]) == ["k1", "k3"]

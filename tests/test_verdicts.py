@@ -11,7 +11,16 @@ import fedfrozen as ff
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
 
-@pytest.mark.parametrize("nb", ["03", "04", "05", "06", "09", "10", "11"])
+TABLES = sorted(p.name[: -len("_verdicts.csv")] for p in FIGURES.glob("*_verdicts.csv")
+                if (FIGURES / p.name.replace("_verdicts.csv", "_per_seed.csv")).exists())
+RUNS = sorted(p.name[:2] for p in FIGURES.glob("[0-9][0-9]_per_seed.csv"))
+
+
+def test_every_claim_notebook_commits_its_tables():
+    assert {"03", "04", "05", "06", "06_drift", "09", "10", "11"} <= set(TABLES)
+
+
+@pytest.mark.parametrize("nb", TABLES)
 def test_the_per_seed_table_reproduces_the_committed_verdict_table(nb):
     verdicts = pd.read_csv(FIGURES / f"{nb}_verdicts.csv", index_col=0)
     runs = pd.read_csv(FIGURES / f"{nb}_per_seed.csv", index_col=0)
@@ -21,3 +30,19 @@ def test_the_per_seed_table_reproduces_the_committed_verdict_table(nb):
     pd.testing.assert_frame_equal(again[numeric], verdicts[numeric].reset_index(drop=True), rtol=1e-5, atol=1e-9)
     assert again["verdict"].tolist() == verdicts["verdict"].tolist()
     assert again["verdict_holm"].tolist() == verdicts["verdict_holm"].tolist()
+
+
+@pytest.mark.parametrize("nb", RUNS)
+def test_every_committed_run_has_its_config_and_machine(nb):
+    """figures/NN_configs.jsonl holds the full Config of every row of NN_per_seed.csv (so any row can be retrained
+    exactly: `fedfrozen verify`), each hashing to its row's cache key; every row names its machine."""
+    import json
+
+    runs = pd.read_csv(FIGURES / f"{nb}_per_seed.csv", index_col=0)
+    lines = [json.loads(line) for line in (FIGURES / f"{nb}_configs.jsonl").read_text().splitlines() if line]
+    configs = {e["key"]: ff.Config.from_dict(e["config"]) for e in lines}
+    assert len(configs) == len(lines), "one line per run"
+    assert set(runs["key"]) == set(configs), "the configs are exactly the table's runs"
+    for key, cfg in configs.items():
+        assert ff.experiments.config_key(cfg) == key
+    assert runs["machine"].str.fullmatch(r"[0-9a-f]{8}|" + ff.tables.UNRECORDED).all()
