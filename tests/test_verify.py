@@ -42,6 +42,14 @@ def write_notebook_tables(folder, root, cfgs, machine=None):
     return runs
 
 
+def copy_tables(folder, dest):
+    """A copy of the committed tables in `dest` (a test edits its copy, never the fixture's)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in (folder / "figures").iterdir():
+        (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
 @pytest.fixture(scope="module")
 def committed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("project")
@@ -83,11 +91,7 @@ def test_runs_of_this_machine_come_back_bit_identical_and_every_comparison_agree
 
 
 def test_an_edited_table_is_caught(committed, tmp_path):
-    folder, _ = committed
-    edited = tmp_path / "figures"
-    edited.mkdir()
-    for f in (folder / "figures").iterdir():
-        (edited / f.name).write_bytes(f.read_bytes())
+    edited = copy_tables(committed[0], tmp_path / "figures")
     runs = pd.read_csv(edited / "99_per_seed.csv", index_col=0)
     runs.loc[runs["method"] == "fedfrozen", "late_acc"] += 0.3  # FedFrozen "wins" by 30 points on paper
     runs.to_csv(edited / "99_per_seed.csv", float_format=ff.plots.PRECISE_FLOAT_FORMAT)
@@ -102,11 +106,7 @@ def test_an_edited_table_is_caught(committed, tmp_path):
 
 
 def test_rows_of_an_unrecorded_machine_are_judged_by_verdict_only(committed, tmp_path):
-    folder, _ = committed
-    other = tmp_path / "figures"
-    other.mkdir()
-    for f in (folder / "figures").iterdir():
-        (other / f.name).write_bytes(f.read_bytes())
+    other = copy_tables(committed[0], tmp_path / "figures")
     runs = pd.read_csv(other / "99_per_seed.csv", index_col=0).assign(machine=ff.tables.UNRECORDED)
     runs.to_csv(other / "99_per_seed.csv", float_format=ff.plots.PRECISE_FLOAT_FORMAT)
     report = ff.verify("99", root=tmp_path / "results", workers=1, progress=False, figures=other)
@@ -127,12 +127,9 @@ def test_bad_arguments_are_refused_before_any_training(committed, tmp_path):
 
 
 def test_the_command_exits_0_when_every_comparison_agrees(committed, tmp_path):
-    folder, _ = committed
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "figures").mkdir()
-    for f in (folder / "figures").iterdir():
-        (tmp_path / "figures" / f.name).write_bytes(f.read_bytes())
+    copy_tables(committed[0], tmp_path / "figures")
     # the committed rows were computed in this process on its thread count: verify on the same count
     env = {**os.environ, "FEDFROZEN_THREADS": str(__import__("torch").get_num_threads())}
     done = subprocess.run([sys.executable, "-m", "fedfrozen", "verify", "--only", "99", "--workers", "1", "--quiet"],
