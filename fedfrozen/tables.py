@@ -25,7 +25,8 @@ import numpy as np
 __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs", "Comparison", "PAIRED_RULE",
            "FAMILY_RULE", "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
            "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "format_verdicts",
-           "ADJUSTED_COLUMNS", "simulated_clock", "adjusted_half_width", "arm_rows", "machine_of", "UNRECORDED"]
+           "ADJUSTED_COLUMNS", "simulated_clock", "adjusted_half_width", "arm_rows", "compare_spread",
+           "SpreadComparison", "machine_of", "UNRECORDED"]
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
                "compared as pairs: d_i = a_i - b_i over the n seeds both have; a difference holds when the 95% "
@@ -222,6 +223,53 @@ def _labels(row) -> tuple:
 def _row(labels):
     """The inverse of `_labels`: the row key of a mean_std table."""
     return labels[0] if len(labels) == 1 else tuple(labels)
+
+
+@dataclass(frozen=True)
+class SpreadComparison:
+    """The spread over seeds of a against b on paired runs (`compare_spread`): each arm's standard deviation over the
+    shared seeds, their ratio sd_a / sd_b, the Pitman–Morgan test's correlation r and two-sided p over n seeds."""
+
+    sd_a: float
+    sd_b: float
+    ratio: float
+    r: float
+    p: float
+    n: int
+
+    @property
+    def verdict(self) -> str:
+        """'lower' (a spreads less than b) or 'higher' when p < 0.05, else 'no difference resolved'."""
+        if not self.p < 0.05:
+            return UNRESOLVED
+        return "lower" if self.ratio < 1 else "higher"
+
+
+def compare_spread(values_a, values_b) -> SpreadComparison:
+    """Whether arm a's late accuracy varies over seeds less (or more) than arm b's, on paired runs (position i of each
+    is the same seed): the Pitman–Morgan test. With paired values the two variances are equal exactly when the sum
+    a + b and the difference a - b are uncorrelated; r = corr(a + b, a - b) is tested by t = r sqrt((n - 2) / (1 - r²))
+    with n - 2 degrees of freedom. Its p-values are not the paired t-test's, so a table of these comparisons is a
+    family of its own (`holm` over it); at least 3 pairs."""
+    a, b = np.asarray(values_a, dtype=float), np.asarray(values_b, dtype=float)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"compare_spread pairs values seed by seed: got {a.shape} and {b.shape} values")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    n = int(a.size)
+    if n < 3:
+        raise ValueError(f"compare_spread needs at least 3 pairs of finite values; got {n}")
+    sd_a, sd_b = float(a.std(ddof=1)), float(b.std(ddof=1))
+    s, d = a + b, a - b
+    if s.std() == 0 or d.std() == 0:
+        r = 0.0
+    else:
+        r = float(np.corrcoef(s, d)[0, 1])
+    from scipy.stats import t
+
+    stat = r * math.sqrt((n - 2) / (1 - r * r)) if abs(r) < 1 else math.copysign(math.inf, r)
+    p = float(2 * t.sf(abs(stat), n - 2))
+    return SpreadComparison(sd_a, sd_b, sd_a / sd_b if sd_b > 0 else math.inf, r, p, n)
 
 
 def resolution(comparisons) -> float:

@@ -293,3 +293,24 @@ def test_arm_rows_selects_by_labels():
     runs = pd.DataFrame({"regime": ["a", "a", "b"], "alpha": [0.1, 0.5, 0.1], "key": ["k1", "k2", "k3"]})
     assert list(arm_rows(runs, ["regime", "alpha"], ["a", 0.1])["key"]) == ["k1"]
     assert list(arm_rows(runs, ["alpha"], [0.1])["key"]) == ["k1", "k3"]
+
+
+def test_the_spread_test_is_pitman_morgan():
+    from scipy.stats import pearsonr
+
+    from fedfrozen.tables import compare_spread
+
+    rng = np.random.default_rng(0)
+    shared = rng.normal(0.7, 0.005, 15)  # the seed's own level, common to both arms
+    a = shared + rng.normal(0, 0.001, 15)
+    b = shared + rng.normal(0, 0.03, 15)  # b spreads more
+    c = compare_spread(a, b)
+    r, p = pearsonr(a + b, a - b)  # the closed form: the correlation of the sum and the difference
+    assert c.r == pytest.approx(r) and c.p == pytest.approx(p, rel=1e-9)
+    assert c.ratio == pytest.approx(np.std(a, ddof=1) / np.std(b, ddof=1)) and c.ratio < 1 and c.verdict == "lower"
+    swapped = compare_spread(b, a)
+    assert swapped.p == pytest.approx(c.p) and swapped.verdict == "higher"
+    same = compare_spread(a, a)  # identical arms: nothing to resolve
+    assert same.ratio == 1 and same.verdict == "no difference resolved"
+    with pytest.raises(ValueError, match="at least 3 pairs"):
+        compare_spread([0.1, 0.2], [0.2, 0.3])
