@@ -377,7 +377,19 @@ def format_verdicts(table) -> str:
     return "\n".join(lines)
 
 
-SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "seed")
+# the settings a per-seed row names, so that a reader sees what two paired arms differ in (the start's pre-training
+# only where the run starts from a pretrained body)
+SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "lr",
+            "lr_schedule", "pretrain_task", "pretrain_seed", "seed")
+
+
+def settings_of(cfg) -> dict:
+    """A run's SETTINGS as its per-seed row names them (pretrain_task and pretrain_seed None without a pretrained
+    start)."""
+    row = {k: getattr(cfg, k) for k in SETTINGS}
+    if cfg.init != "pretrained":
+        row.update(pretrain_task=None, pretrain_seed=None)
+    return row
 
 
 def _median_seconds(df, stage: int) -> float:
@@ -393,7 +405,7 @@ def _run_row(cfg, hist, target: float, last: int) -> dict:
     cum_bytes = (df["bytes_up"] + df["bytes_down"]).cumsum()
     from .experiments import config_key
 
-    row = {"key": config_key(cfg), **{k: getattr(cfg, k) for k in SETTINGS}, "machine": machine_of(hist)}
+    row = {"key": config_key(cfg), **settings_of(cfg), "machine": machine_of(hist)}
     row.update(
         final_acc=hist.final_accuracy,
         late_acc=hist.late_accuracy,

@@ -125,3 +125,8 @@ def test_the_checker_catches_a_drifted_number():
     assert problems("detects 97.3 points", rows) and problems("p = 0.987654", rows)
     assert problems("no gain above 7.77 points", rows) and not problems("no gain above 0.35 points", rows)
     assert holm_problems("Holm over 7", {61}) and not holm_problems("Holm over 61", {61})
+
+
+def test_the_readme_states_the_size_of_its_family():
+    stated = re.search(r"all\s+(\d+)\s+comparisons", (ROOT / "README.md").read_text())
+    assert stated and int(stated.group(1)) == len(family())

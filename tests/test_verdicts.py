@@ -46,3 +46,9 @@ def test_every_committed_run_has_its_config_and_machine(nb):
     for key, cfg in configs.items():
         assert ff.experiments.config_key(cfg) == key
     assert runs["machine"].str.fullmatch(r"[0-9a-f]{8}|" + ff.tables.UNRECORDED).all()
+    # every setting two rows may differ in is a column, and it is the config's
+    for row in runs.itertuples(index=False):
+        want = ff.tables.settings_of(configs[row.key])
+        for name in ("lr", "lr_schedule", "init", "local_epochs", "pretrain_task", "pretrain_seed", "seed"):
+            got = getattr(row, name)
+            assert (pd.isna(got) and want[name] is None) or got == want[name], (nb, row.key, name, got, want[name])

@@ -2,6 +2,7 @@
 
     python tools/configs.py            # every notebook with a per-seed table (about 10 min on 2 cores)
     python tools/configs.py 04 05      # only these
+    python tools/configs.py --columns  # add the setting columns a per-seed table lacks, from its configs
 
 A notebook writes its configs itself when it runs (`ff.plots.save_configs`); this rebuilds them without the
 results cache, for per-seed tables committed before notebooks did: it executes the notebooks under the cpu profile
@@ -12,7 +13,9 @@ is one the notebook no longer asks for (the code and the table disagree) or a co
 Two choices of notebook 10 depend on what the dry run cannot reproduce (the AdamW variant composed with the freeze
 is the family's best by accuracy; FedSLM's ranks follow the model's width): its rows are found among the logged
 configs with those settings changed (VARIANTS), each accepted only when it hashes to the committed key.
-Tables without a `machine` column gain one, "unrecorded" (rows computed before runs recorded their machine).
+Tables without a `machine` column gain one, "unrecorded" (rows computed before runs recorded their machine), and
+tables without a setting of `ff.tables.SETTINGS` gain it from each row's config (`--columns`: only that, from the
+committed configs, no dry run).
 """
 
 from __future__ import annotations
@@ -94,7 +97,33 @@ def write(number: str, configs: dict) -> bool:
     return True
 
 
+def add_settings(number: str) -> None:
+    """Give NN_per_seed.csv every column of ff.tables.SETTINGS it lacks, from NN_configs.jsonl (rows keep their
+    order and every other digit)."""
+    import pandas as pd
+
+    import fedfrozen as ff
+
+    table = ROOT / "figures" / f"{number}_per_seed.csv"
+    runs = pd.read_csv(table, index_col=0)
+    lines = [json.loads(x) for x in (ROOT / "figures" / f"{number}_configs.jsonl").read_text().splitlines() if x]
+    settings = {e["key"]: ff.tables.settings_of(ff.Config.from_dict(e["config"])) for e in lines}
+    added = []
+    for position, name in enumerate(ff.tables.SETTINGS):
+        if name not in runs.columns:
+            after = list(runs.columns).index(ff.tables.SETTINGS[position - 1]) + 1 if position else 1
+            runs.insert(after, name, [settings[k][name] for k in runs["key"]])
+            added.append(name)
+    if added:
+        ff.io.atomic_write(table, lambda tmp: runs.to_csv(tmp, float_format=ff.plots.PRECISE_FLOAT_FORMAT))
+    print(f"{number}: added {', '.join(added) or 'nothing'}")
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--columns"]:
+        for n in argv[1:] or sorted(p.name[:2] for p in (ROOT / "figures").glob("[0-9][0-9]_configs.jsonl")):
+            add_settings(n)
+        return 0
     numbers = argv or sorted(p.name[:2] for p in (ROOT / "figures").glob("[0-9][0-9]_per_seed.csv"))
     configs = logged_configs(numbers)
     ok = [write(n, configs) for n in numbers]

@@ -46,17 +46,23 @@ def verdicts(profile: str) -> pd.DataFrame:
         table, runs = pd.read_csv(path, index_col=0), pd.read_csv(runs_path, index_col=0)
         table["runs"] = [json.dumps([sorted(ff_tables.arm_rows(runs, json.loads(v.by), json.loads(lab))["key"])
                                      for lab in (v.a, v.b)]) for v in table.itertuples(index=False)]
-        frames.append(table)
+        frames.append(table.assign(source=nb))
     return pd.concat(frames, ignore_index=True)
 
 
 def readme_family(df: pd.DataFrame) -> pd.DataFrame:
     """Every verdict of 03-06 judged as one family (the README's): the notebook's own Holm columns are replaced by
     the family's, and each row gets its 95% interval's ends (`low`, `high`: an unresolved row's bound). A comparison
-    two notebooks both make (the same runs: notebook 04's T0 = 25% is notebook 03's FedFrozen − FedAvg) counts once,
-    under the first notebook that makes it (`SAME`)."""
+    two notebooks both make (the same measure on the same runs, `SAME`: notebook 04's T0 = 25% is notebook 03's
+    FedFrozen − FedAvg) counts once, under the first notebook that makes it."""
     raw = df.drop(columns=[c for c in ff_tables.ADJUSTED_COLUMNS if c in df.columns])
-    raw = raw.drop_duplicates(subset=SAME, ignore_index=True).drop(columns=["runs"])
+    # a row is another notebook's comparison again when an earlier notebook made it on the same runs (within one
+    # table rows are distinct comparisons even on the same runs: 06's drift of each group against Q/K's)
+    seen, keep = {}, []
+    for row in raw.itertuples(index=False):
+        first = seen.setdefault((row.measure, row.runs), row.source)
+        keep.append(first == row.source)
+    raw = raw[keep].drop(columns=["runs", "source"]).reset_index(drop=True)
     out = ff_tables.adjust(raw)
     out["low"], out["high"] = out["d"] - out["half_width"], out["d"] + out["half_width"]
     out["half_width_holm"] = [ff_tables.adjusted_half_width(*r) for r in
@@ -65,9 +71,9 @@ def readme_family(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def is_fedfrozen(comparison: str) -> bool:
-    """A row where FedFrozen itself is an arm (against FedAvg, a baseline, or at another T0); the others are the
-    ablations and baselines (C1's baselines against FedAvg, C3's penalties, C4's other freezes)."""
-    return comparison.startswith(("FedFrozen −", "T0 =", "freeze Q/K (FedFrozen)"))
+    """A row of FedFrozen against FedAvg (at any T0, in any regime); the others are the baselines and ablations (C1's
+    baselines, FedFrozen against them, C3's penalties, C4's other freezes), drawn on their own axis."""
+    return comparison.startswith(("FedFrozen − FedAvg", "T0 =", "freeze Q/K (FedFrozen)"))
 
 
 README_START = "<!-- verdicts: rendered by tools/headline.py from figures/readme_verdicts.csv -->"
@@ -102,10 +108,14 @@ README_ROWS = [
         ("value L2 λ=0.01 − λ=0, α=0.1", "accuracy, λ 0.01"), ("value L2 λ=0.1 − λ=0, α=0.1", "accuracy, λ 0.1")]),
     ("C3", "pretrained, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, pretrained: value drift", "drift, λ 0.01"),
                                    ("value L2 λ=0.01 − λ=0, α=0.1, pretrained", "accuracy, λ 0.01")]),
-    ("C4 subcomponents respond differently", "base, Dir 0.1", [("freeze V − FedAvg", "freeze V"),
-                                                               ("freeze all attention − FedAvg", "all attention")]),
-    ("C4", "pretrained, Dir 0.1", [("freeze Q/K (FedFrozen) − FedAvg, pretrained", "freeze Q/K"),
-                                   ("freeze all attention − FedAvg, pretrained", "all attention")]),
+    ("C4 subcomponents respond differently", "base, Dir 0.1", [("v drift − Q/K drift, FedAvg", "drift V − Q/K"),
+                                                               ("attn_out drift − Q/K drift, FedAvg", "output − Q/K")]),
+    ("C4", "pretrained, Dir 0.1", [("v drift − Q/K drift, FedAvg, pretrained", "drift V − Q/K"),
+                                   ("attn_out drift − Q/K drift, FedAvg, pretrained", "output − Q/K")]),
+    ("C4 freezing each group", "base, Dir 0.1", [("freeze V − FedAvg", "freeze V"),
+                                                 ("freeze all attention − FedAvg", "all attention")]),
+    ("C4 freezing each group", "pretrained, Dir 0.1", [("freeze Q/K (FedFrozen) − FedAvg, pretrained", "freeze Q/K"),
+                                                       ("freeze all attention − FedAvg, pretrained", "all attention")]),
 ]
 # the direction in which each claim's rows would reproduce it (C3: drift lower; its accuracy rows bound the cost)
 DIRECTION = {"C1": "higher", "C2": "higher", "C3": "lower", "C4": None}
@@ -120,9 +130,17 @@ def _cell(row) -> str:
 
 def _words(claim: str, rows) -> str:
     """The verdict in a few words, from the first row: reproduced (it holds after Holm in the claim's direction) or
-    not, and what its interval allows. C4's rows say what freezing costs (its drift rows: notebook 06)."""
+    not, and what its interval allows. C4's drift rows are reproduced when a group's drift differs from Q/K's either
+    way; its freezing rows say what freezing costs."""
     direction = DIRECTION[claim.split()[0]]
     main = rows[0]
+    if main.measure == "drift":  # C4: an attention group's drift against Q/K's, either way
+        held = [r for r in rows if r.verdict_holm in ("higher", "lower")]
+        alone = [r for r in rows if r.verdict in ("higher", "lower")]
+        if held:
+            return f"**reproduced**: {len(held)} of {len(rows)} resolved after Holm"
+        return ("**not reproduced**: " + (f"{len(alone)} of {len(rows)} resolved alone, none after Holm" if alone else
+                                          "no group's drift resolved from Q/K's"))
     if direction is None:
         costs = sum(r.verdict_holm == "lower" for r in rows)
         return f"freezing costs: {costs} of {len(rows)} lower after Holm, none higher"
@@ -174,11 +192,12 @@ def main(argv=None) -> None:
     n = "/".join(str(k) for k in sorted(set(acc["n"])))
     plots.plot_verdicts(mine, ax=top, interval="half_width_holm",
                         title=f"FedFrozen's claims, {args.profile} profile: late test accuracy, paired over {n} shared "
-                        f"seeds; {len(acc)} accuracy comparisons of the family's {len(df)}\nFedFrozen against FedAvg, "
-                        f"its baselines and other T0 (intervals and fill: Holm over all {len(df)})")
+                        f"seeds; {len(acc)} accuracy comparisons of the family's {len(df)}\n"
+                        f"FedFrozen against FedAvg at every T0 and regime (intervals and fill: Holm over all "
+                        f"{len(df)})")
     plots.plot_verdicts(other, ax=bottom, interval="half_width_holm",
-                        title="the ablations and baselines against FedAvg (C1's baselines, C3's value L2, C4's other "
-                        "freezes), on their own axis")
+                        title="the baselines and ablations (C1's baselines, and FedFrozen against them; C3's value L2; "
+                        "C4's other freezes), on their own axis")
     fig.tight_layout()
     for path in plots.save_figure(fig, "headline", args.profile):
         print("wrote", path)
