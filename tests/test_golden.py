@@ -24,6 +24,8 @@ def test_golden_histories_are_bit_identical():
     if ref is None:
         pytest.skip(f"no golden record for this machine ({golden.machine()}): float sums differ across CPUs; "
                     f"record one with `python tools/golden.py record` before a change")
-    got = golden.compute()
-    assert set(got) == set(ref), "cases were added or removed: record again"
+    got = golden.compute(set(ref) & set(golden.cases()))
+    assert set(ref) <= set(golden.cases()), "cases were removed: record again"
+    # a case added after this machine's record was made is checked where it is recorded (another machine's record
+    # cannot be made here: float sums differ across CPUs)
     assert [k for k in sorted(got) if got[k] != ref[k]] == []
