@@ -29,3 +29,19 @@ def test_golden_histories_are_bit_identical():
     # a case added after this machine's record was made is checked where it is recorded (another machine's record
     # cannot be made here: float sums differ across CPUs)
     assert [k for k in sorted(got) if got[k] != ref[k]] == []
+
+
+def test_the_resumed_case_is_the_uninterrupted_run():
+    """The golden case that stops after round 2 and resumes from its checkpoint fingerprints as the run that never
+    stopped (on any machine: both are computed here)."""
+    import torch
+
+    fields = dict(golden.cases()["fedfrozen/resumed"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        resumed = golden.fingerprint(golden.history(fields))
+        fields.pop("resume_at")
+        assert resumed == golden.fingerprint(golden.history(fields))
+    finally:
+        torch.set_num_threads(threads)
