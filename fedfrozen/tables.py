@@ -26,7 +26,7 @@ __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs"
            "FAMILY_RULE", "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
            "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "format_verdicts",
            "ADJUSTED_COLUMNS", "simulated_clock", "adjusted_half_width", "arm_rows", "compare_spread",
-           "SpreadComparison", "machine_of", "UNRECORDED"]
+           "SpreadComparison", "spread_table", "recompute_spread", "SPREAD_COLUMNS", "machine_of", "UNRECORDED"]
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
                "compared as pairs: d_i = a_i - b_i over the n seeds both have; a difference holds when the 95% "
@@ -270,6 +270,40 @@ def compare_spread(values_a, values_b) -> SpreadComparison:
     stat = r * math.sqrt((n - 2) / (1 - r * r)) if abs(r) < 1 else math.copysign(math.inf, r)
     p = float(2 * t.sf(abs(stat), n - 2))
     return SpreadComparison(sd_a, sd_b, sd_a / sd_b if sd_b > 0 else math.inf, r, p, n)
+
+
+SPREAD_COLUMNS = ["claim", "comparison", "measure", "sd_a", "sd_b", "ratio", "r", "p", "n", "verdict", "by", "a", "b"]
+
+
+def spread_table(stats, rows, col: str = "late_acc", level: float = 0.05):
+    """The spread comparisons of a mean_std table as one family of their own: for each (claim, label, row a, row b),
+    `compare_spread` of the two rows' per-seed values in `col` on their shared seeds, then Holm over the table
+    (`p_holm`, `verdict_holm`). Their p-values are Pitman–Morgan's, not the paired t-test's, so they never join a
+    verdict table's family. `by`, `a`, `b` name the arms, so `recompute_spread` finds them again."""
+    import pandas as pd
+
+    per = stats.attrs["per_seed"][col]
+    out = []
+    for claim, label, a, b in rows:
+        shared = [s for s in per[a] if s in per[b]]
+        c = compare_spread([per[a][s] for s in shared], [per[b][s] for s in shared])
+        out.append(dict(claim=claim, comparison=label, measure=col, sd_a=c.sd_a, sd_b=c.sd_b, ratio=c.ratio, r=c.r,
+                        p=c.p, n=c.n, verdict=c.verdict, by=json.dumps(list(stats.index.names)),
+                        a=json.dumps(list(_labels(a))), b=json.dumps(list(_labels(b)))))
+    table = pd.DataFrame(out, columns=SPREAD_COLUMNS)
+    table["p_holm"] = holm(table["p"]) if len(table) else []
+    table["verdict_holm"] = [("lower" if r < 1 else "higher") if p < level else UNRESOLVED
+                             for r, p in zip(table["ratio"], table["p_holm"])]
+    return table
+
+
+def recompute_spread(table, runs):
+    """A spread table again from a per-seed table (the arms found by `by`, `a`, `b`)."""
+    rows, stats = [], None
+    for v in table.itertuples(index=False):
+        stats = mean_std(runs, json.loads(v.by), [v.measure])
+        rows.append((v.claim, v.comparison, _row(json.loads(v.a)), _row(json.loads(v.b))))
+    return spread_table(stats, rows, table["measure"].iloc[0]) if rows else table.iloc[0:0]
 
 
 def resolution(comparisons) -> float:

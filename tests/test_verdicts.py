@@ -52,3 +52,16 @@ def test_every_committed_run_has_its_config_and_machine(nb):
         for name in ("lr", "lr_schedule", "init", "local_epochs", "pretrain_task", "pretrain_seed", "seed"):
             got = getattr(row, name)
             assert (pd.isna(got) and want[name] is None) or got == want[name], (nb, row.key, name, got, want[name])
+
+
+def test_the_spread_family_follows_from_the_per_seed_table():
+    """C1's stability over seeds (figures/03_spread.csv, Pitman–Morgan, its own Holm family) is recomputed from the
+    committed runs, every cell with 15 seeds."""
+    table = pd.read_csv(FIGURES / "03_spread.csv", index_col=0)
+    runs = pd.read_csv(FIGURES / "03_per_seed.csv", index_col=0)
+    assert len(table) >= 3 and (table["n"] >= 15).all()
+    again = ff.tables.recompute_spread(table, runs)
+    numeric = ["sd_a", "sd_b", "ratio", "r", "p", "n", "p_holm"]
+    pd.testing.assert_frame_equal(again[numeric], table[numeric].reset_index(drop=True), rtol=1e-5, atol=1e-9,
+                                  check_dtype=False)
+    assert again["verdict_holm"].tolist() == table["verdict_holm"].tolist()
