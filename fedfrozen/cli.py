@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "its paired verdicts agree (docs/claims.md: reproducing on your machine)")
     v.add_argument("--only", default="04", help="the notebook whose committed runs to check (default 04: C1 and C2)")
     v.add_argument("--runs", type=float, default=None,
-                   help="the most work to retrain, in one-epoch 120-round runs (default 16: about 10 minutes on 2 "
+                   help="the most work to retrain, in one-epoch 120-round runs (default 16: about 11 minutes on 2 "
                         "cores for notebook 04)")
     v.add_argument("--seeds", type=int, default=3, help="seeds per comparison (the first ones both arms have; "
                                                        "default 3)")

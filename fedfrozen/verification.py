@@ -24,7 +24,7 @@ from pathlib import Path
 
 __all__ = ["verify", "plan", "Plan", "Report", "agrees", "DEFAULT_RUNS", "DEFAULT_SEEDS"]
 
-DEFAULT_RUNS = 16  # one-epoch 120-round runs: notebook 04's default sample, about 10 minutes on 2 cores
+DEFAULT_RUNS = 16  # one-epoch 120-round runs: notebook 04's default sample, about 11 minutes on 2 cores
 DEFAULT_SEEDS = 3  # the fewest seeds a paired interval is worth judging on
 
 
