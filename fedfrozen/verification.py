@@ -118,9 +118,10 @@ def plan(number: str = "04", runs: int = DEFAULT_RUNS, seeds: int = DEFAULT_SEED
 
     from .tables import arm_rows
 
-    for name, value, low in (("runs", runs, 1), ("seeds", seeds, 2)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
-            raise ValueError(f"{name} must be a number >= {low}; got {value!r}")
+    for name, value, low, kinds in (("runs", runs, 1, (int, float)), ("seeds", seeds, 2, (int,))):
+        if isinstance(value, bool) or not isinstance(value, kinds) or not value >= low:
+            kind = "an integer" if kinds == (int,) else "a number"
+            raise ValueError(f"{name} must be {kind} >= {low}; got {value!r}")
     verdicts, table, configs = _read(number, _figures(figures))
     candidates = []
     for i, v in enumerate(verdicts.itertuples(index=False)):

@@ -120,7 +120,8 @@ def test_bad_arguments_are_refused_before_any_training(committed, tmp_path):
         ff.verify("4", figures=folder / "figures", root=tmp_path)
     with pytest.raises(ValueError, match=r"notebook 98 has no 98_verdicts.csv, 98_per_seed.csv, 98_configs.jsonl"):
         ff.verify("98", figures=folder / "figures", root=tmp_path)
-    for name, kwargs in (("runs", dict(runs=0)), ("seeds", dict(seeds=1)), ("runs", dict(runs=True))):
+    for name, kwargs in (("runs", dict(runs=0)), ("seeds", dict(seeds=1)), ("runs", dict(runs=True)),
+                         ("seeds", dict(seeds=2.5))):
         with pytest.raises(ValueError, match=f"{name} must be"):
             ff.verify("99", figures=folder / "figures", root=tmp_path, **kwargs)
     assert not (tmp_path / "tiny").exists()
