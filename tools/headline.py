@@ -108,6 +108,9 @@ README_ROWS = [
         ("value L2 λ=0.01 − λ=0, α=0.1", "accuracy, λ 0.01"), ("value L2 λ=0.1 − λ=0, α=0.1", "accuracy, λ 0.1")]),
     ("C3", "pretrained, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, pretrained: value drift", "drift, λ 0.01"),
                                    ("value L2 λ=0.01 − λ=0, α=0.1, pretrained", "accuracy, λ 0.01")]),
+    ("C3", "constant rate, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, constant: value drift", "drift, λ 0.01"),
+                                      ("value L2 λ=0.1 − λ=0, α=0.1, constant: value drift", "drift, λ 0.1"),
+                                      ("value L2 λ=0.01 − λ=0, α=0.1, constant", "accuracy, λ 0.01")]),
     ("C4 subcomponents respond differently", "base, Dir 0.1", [("v drift − Q/K drift, FedAvg", "drift V − Q/K"),
                                                                ("attn_out drift − Q/K drift, FedAvg", "output − Q/K")]),
     ("C4", "pretrained, Dir 0.1", [("v drift − Q/K drift, FedAvg, pretrained", "drift V − Q/K"),
@@ -119,6 +122,7 @@ README_ROWS = [
 ]
 # the direction in which each claim's rows would reproduce it (C3: drift lower; its accuracy rows bound the cost)
 DIRECTION = {"C1": "higher", "C2": "higher", "C3": "lower", "C4": None}
+C3_MARGIN = 1.0  # points: C3's "without severely sacrificing accuracy" (docs/claims.md)
 
 
 def _cell(row) -> str:
@@ -128,7 +132,7 @@ def _cell(row) -> str:
     return f"d = {row.d:+.3f} ± {row.half_width:.3f} ({int(row.n)}): {after}".replace("-", "−")
 
 
-def _words(claim: str, rows) -> str:
+def _words(claim: str, rows, labels) -> str:
     """The verdict in a few words, from the first row: reproduced (it holds after Holm in the claim's direction) or
     not, and what its interval allows. C4's drift rows are reproduced when a group's drift differs from Q/K's either
     way; its freezing rows say what freezing costs."""
@@ -144,6 +148,15 @@ def _words(claim: str, rows) -> str:
     if direction is None:
         costs = sum(r.verdict_holm == "lower" for r in rows)
         return f"freezing costs: {costs} of {len(rows)} lower after Holm, none higher"
+    if claim.startswith("C3"):  # both halves: drift cut after Holm, and an accuracy cost within the margin
+        cut = [r for r in rows if r.measure == "drift_v" and r.verdict_holm == "lower"]
+        costs = [(-100 * r.low, label) for r, label in zip(rows, labels) if r.measure == "late_acc"]
+        if cut:
+            cost, label = max(costs)
+            if cost <= C3_MARGIN:
+                return "**reproduced**"
+            return (f"**not reproduced**: drift cut after Holm, but {label.split(', ')[-1]} costs up to {cost:.2f} "
+                    f"points (margin {C3_MARGIN:g})")
     if main.verdict_holm == direction:
         return "**reproduced**"
     if main.verdict_holm in ("higher", "lower"):
@@ -166,7 +179,7 @@ def readme_table(df: pd.DataFrame) -> str:
     for claim, regime, quoted in README_ROWS:
         rows = [by_name[c] for c, _ in quoted]
         cells = "; ".join(f"{label} {_cell(r)}" for r, (_, label) in zip(rows, quoted))
-        lines.append(f"| {claim} | {regime} | {_words(claim, rows)} | {cells} |")
+        lines.append(f"| {claim} | {regime} | {_words(claim, rows, [label for _, label in quoted])} | {cells} |")
     return "\n".join(lines)
 
 
