@@ -299,11 +299,15 @@ def spread_table(stats, rows, col: str = "late_acc", level: float = 0.05):
 
 def recompute_spread(table, runs):
     """A spread table again from a per-seed table (the arms found by `by`, `a`, `b`)."""
-    rows, stats = [], None
-    for v in table.itertuples(index=False):
-        stats = mean_std(runs, json.loads(v.by), [v.measure])
-        rows.append((v.claim, v.comparison, _row(json.loads(v.a)), _row(json.loads(v.b))))
-    return spread_table(stats, rows, table["measure"].iloc[0]) if rows else table.iloc[0:0]
+    if not len(table):
+        return table.iloc[0:0]
+    by, measure = set(table["by"]), set(table["measure"])
+    if len(by) != 1 or len(measure) != 1:
+        raise ValueError(f"a spread table compares one measure of one table's rows; got by {by}, measures {measure}")
+    stats = mean_std(runs, json.loads(by.pop()), [measure.pop()])
+    rows = [(v.claim, v.comparison, _row(json.loads(v.a)), _row(json.loads(v.b)))
+            for v in table.itertuples(index=False)]
+    return spread_table(stats, rows, table["measure"].iloc[0])
 
 
 def resolution(comparisons) -> float:

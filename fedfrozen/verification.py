@@ -72,8 +72,10 @@ class Report:
 
 
 def _cost(cfg) -> float:
-    per_round = cfg.local_epochs if cfg.local_steps is None else cfg.local_steps / 6
-    return cfg.rounds * (per_round or 1) / 120
+    """A run's work in one-epoch 120-round runs (run_many's own measure of a run's length)."""
+    from .experiments import _work
+
+    return _work(cfg) / 120
 
 
 def _figures(figures) -> Path:
