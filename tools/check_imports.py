@@ -31,7 +31,7 @@ LAYERS = [
     ("experiments", ["experiments", "profiles"]),
     ("flower apps", ["flower"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
-    ("regime map", ["regime"]),
+    ("regime map", ["regime", "controls"]),
     ("verification", ["verification"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),

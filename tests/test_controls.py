@@ -1,0 +1,84 @@
+"""The controlled cells of notebook 03 § 3 (fedfrozen.controls): in each comparison the two arms differ in one thing.
+
+The claims rest on paired comparisons; a pair that differs in its rate or its pretrained body as well as in the
+method says nothing about the method alone. These tests read the Configs each cell builds (no training) and check
+that, seed by seed, the two arms of every comparison differ only in the settings its label names.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import fedfrozen as ff
+from fedfrozen import controls
+from fedfrozen.pretrain import weights_key
+
+BASE = ff.profiles.federated("cpu", rounds=120, warmup_rounds=30)
+ARMS = controls.build("cpu", BASE, seeds=range(15), few=range(5))
+
+
+def configs(cell, arm):
+    """seed -> Config of one arm of one cell."""
+    return {a.cfg.seed: a.cfg for a in ARMS if a.cell == cell and a.arm == arm}
+
+
+def differing(x, y) -> set:
+    dx, dy = x.to_dict(), y.to_dict()
+    return {k for k in dx if dx[k] != dy[k]}
+
+
+@pytest.mark.parametrize("row", controls.comparisons(ARMS) + controls.rate_rows(ARMS), ids=lambda r: r[1])
+def test_each_comparison_pairs_arms_that_differ_in_what_its_label_names(row):
+    _, label, cell, a, b = row
+    ca, cb = configs(cell, a), configs(cell, b)
+    assert ca and set(ca) == set(cb)  # the same seeds in both arms
+    # the method and its freezing round (FedAvg carries the profile's T0, which it ignores); the rate only where the
+    # label says each arm runs at its own selected rate
+    allowed = {"method", "warmup_rounds"} | ({"lr"} if "selected" in label else set())
+    for seed in ca:
+        assert differing(ca[seed], cb[seed]) <= allowed, (label, seed, differing(ca[seed], cb[seed]))
+        assert "method" in differing(ca[seed], cb[seed])
+        if "selected" in label:
+            assert ca[seed].lr != cb[seed].lr
+        else:
+            assert ca[seed].lr == cb[seed].lr
+
+
+def test_the_constant_cell_runs_every_arm_at_both_rates_on_15_seeds():
+    cell = "constant, Dir 0.1"
+    for method, fraction in (("fedavg", None), ("fedfrozen", 0.25), ("fedfrozen", 0.5)):
+        for lr in controls.CONSTANT_RATES:
+            cfgs = configs(cell, controls.arm_label(method, fraction, lr))
+            assert sorted(cfgs) == list(range(15))
+            assert {c.lr_schedule for c in cfgs.values()} == {"constant"}
+    assert {c.warmup_rounds for c in configs(cell, "fedfrozen T0 50% @ 0.001").values()} == {60}
+    assert {c.alpha for a in ARMS if a.cell == "constant, Dir 0.05" for c in [a.cfg]} == {0.05}
+
+
+def test_a_pretrained_body_per_seed():
+    for cell, task in (("bodies, Dir 0.1", "rotation"), ("classes, Dir 0.1", "classes"), ("rates, Dir 0.1", "rotation")):
+        cfgs = [a.cfg for a in ARMS if a.cell == cell]
+        assert cfgs and all(c.init == "pretrained" and c.pretrain_seed == c.seed and c.pretrain_task == task
+                            for c in cfgs)
+    bodies = {weights_key(c) for c in configs("bodies, Dir 0.1", "fedavg @ 0.003").values()}
+    assert len(bodies) == 15  # 15 distinct pre-trainings, one per seed, each cached once
+    # the arms of one seed share its body
+    assert len({weights_key(a.cfg) for a in ARMS if a.cell == "bodies, Dir 0.1" and a.cfg.seed == 3}) == 1
+
+
+def test_the_probe_freezes_the_body_from_round_0():
+    probe = configs("bodies, Dir 0.1", "freeze_body T0 0% @ 0.003")
+    assert sorted(probe) == list(range(15)) and {c.warmup_rounds for c in probe.values()} == {0}
+
+
+def test_bad_input_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="cells"):
+        controls.build("cpu", BASE, cells=["constant", "nope"])
+    with pytest.raises(ValueError, match="seeds"):
+        controls.build("cpu", BASE, seeds=[])
+
+
+def test_the_paper_profile_leaves_the_pretrained_cells_out():
+    base = ff.profiles.federated("paper", rounds=10, warmup_rounds=3)
+    cells = {a.cell.split(",")[0] for a in controls.build("paper", base, seeds=[0], few=[0])}
+    assert cells == {"constant", "local5"}
