@@ -16,13 +16,27 @@ with _warnings.catch_warnings():
     _warnings.simplefilter("ignore")
     import tqdm.auto  # noqa: E402,F401
 
-from . import controls, data, experiments, layouts, methods, models, partition, plots, profiles, qkv, regime, tables, verification  # noqa: E402,E501
+from . import (  # noqa: E402  # noqa: E402
+    controls,
+    data,
+    experiments,
+    layouts,
+    methods,
+    models,
+    partition,
+    plots,
+    profiles,
+    qkv,
+    regime,
+    tables,
+    verification,
+)
 from .config import Config  # noqa: E402
 from .experiments import run_many, run_or_load  # noqa: E402
 from .history import History  # noqa: E402
 from .loop import run  # noqa: E402
 from .verification import verify  # noqa: E402
 
-__all__ = ["Config", "History", "run", "run_or_load", "run_many", "controls", "data", "experiments", "methods", "models",
-           "layouts", "partition", "plots", "profiles", "qkv", "regime", "tables", "verification", "verify",
+__all__ = ["Config", "History", "run", "run_or_load", "run_many", "controls", "data", "experiments", "methods",
+           "models", "layouts", "partition", "plots", "profiles", "qkv", "regime", "tables", "verification", "verify",
            "__version__"]

@@ -56,10 +56,11 @@ def test_the_constant_cell_runs_every_arm_at_both_rates_on_15_seeds():
 
 
 def test_a_pretrained_body_per_seed():
-    for cell, task in (("bodies, Dir 0.1", "rotation"), ("classes, Dir 0.1", "classes"), ("rates, Dir 0.1", "rotation")):
+    cells = (("bodies, Dir 0.1", "rotation"), ("classes, Dir 0.1", "classes"), ("rates, Dir 0.1", "rotation"))
+    for cell, task in cells:
         cfgs = [a.cfg for a in ARMS if a.cell == cell]
-        assert cfgs and all(c.init == "pretrained" and c.pretrain_seed == c.seed and c.pretrain_task == task
-                            for c in cfgs)
+        assert cfgs
+        assert all(c.init == "pretrained" and c.pretrain_seed == c.seed and c.pretrain_task == task for c in cfgs)
     bodies = {weights_key(c) for c in configs("bodies, Dir 0.1", "fedavg @ 0.003").values()}
     assert len(bodies) == 15  # 15 distinct pre-trainings, one per seed, each cached once
     # the arms of one seed share its body
