@@ -16,7 +16,7 @@ with _warnings.catch_warnings():
     _warnings.simplefilter("ignore")
     import tqdm.auto  # noqa: E402,F401
 
-from . import (  # noqa: E402  # noqa: E402
+from . import (  # noqa: E402
     controls,
     data,
     experiments,

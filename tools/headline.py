@@ -27,15 +27,17 @@ import pandas as pd  # noqa: E402
 from fedfrozen import plots  # noqa: E402
 from fedfrozen import tables as ff_tables  # noqa: E402
 
-# C1, C2, C3, C4 (and C4's drift family): each NN_verdicts.csv with the per-seed table NN_per_seed.csv it follows from
-NOTEBOOKS = ("03", "04", "05", "06", "06_drift")
-# one comparison, whichever notebook wrote it: the same measure over the same runs (their cache keys)
+# C1, C2, C3, C4 (03's controlled cells, C4's drift family): each NN_verdicts.csv with the per-seed table
+# NN_per_seed.csv it follows from
+NOTEBOOKS = ("03", "03_controls", "04", "05", "06", "06_drift")
+# one comparison, whichever notebook wrote it: the same measure over the same runs (their cache keys, each with the
+# machine that computed it: the same key trained on another machine is another run, digits apart)
 SAME = ["measure", "runs"]
 
 
 def verdicts(profile: str) -> pd.DataFrame:
-    """The claim notebooks' verdict tables, concatenated in claim order, each row with the cache keys of its two
-    arms (`runs`: JSON); a missing table is named."""
+    """The claim notebooks' verdict tables, concatenated in claim order, each row with the cache keys and machines of
+    its two arms (`runs`: JSON); a missing table is named."""
     folder = plots.figures_dir(profile)
     frames = []
     for nb in NOTEBOOKS:
@@ -44,8 +46,11 @@ def verdicts(profile: str) -> pd.DataFrame:
             if not p.exists():
                 raise FileNotFoundError(f"{p} is missing: run notebook {nb[:2]} at the {profile} profile first")
         table, runs = pd.read_csv(path, index_col=0), pd.read_csv(runs_path, index_col=0)
-        table["runs"] = [json.dumps([sorted(ff_tables.arm_rows(runs, json.loads(v.by), json.loads(lab))["key"])
-                                     for lab in (v.a, v.b)]) for v in table.itertuples(index=False)]
+        if "machine" not in runs:  # a table written before runs knew their machine
+            runs["machine"] = ff_tables.UNRECORDED
+        table["runs"] = [json.dumps([sorted(map(list, zip(arm["key"], arm["machine"])))
+                                     for arm in (ff_tables.arm_rows(runs, json.loads(v.by), json.loads(lab))
+                                                 for lab in (v.a, v.b))]) for v in table.itertuples(index=False)]
         frames.append(table.assign(source=nb))
     return pd.concat(frames, ignore_index=True)
 
