@@ -333,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_dry_run)
     v = sub.add_parser("verify", help="retrain a sample of a notebook's committed runs on this machine and check that "
                                       "its paired verdicts agree (docs/claims.md: reproducing on your machine)")
-    v.add_argument("--only", default="04", help="the notebook whose committed runs to check (default 04: C1 and C2)")
+    v.add_argument("--only", default="04", help="the notebook whose committed runs to check (default 04: C1 and C2), "
+                                                   "or one of its tables (03_controls: the controlled cells)")
     v.add_argument("--runs", type=float, default=None,
                    help="the most work to retrain, in one-epoch 120-round runs (default 16: about 11 minutes on 2 "
                         "cores for notebook 04)")

@@ -117,8 +117,8 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
 
     constant: each FedFrozen T0 against FedAvg at each shared rate (C1 for T0 25%, C2 for 50%), and at each arm's
     selected rate (FedFrozen 3e-3 against FedAvg 1e-3: the comparison of notebooks 03 and 04, now on runs of one
-    machine); bodies and classes: FedFrozen T0 0 and 25% against FedAvg, and the probe against FedAvg; local5: the
-    pair. The `rates` cell is its own table (`rate_rows`)."""
+    machine); bodies and classes: FedFrozen T0 25% (C1) and 0 (C2) against FedAvg, and the probe against FedAvg
+    (C4: the whole body frozen); local5: the pair. The `rates` cell is its own table (`rate_rows`)."""
     have = {(a.cell, a.arm) for a in arms}
     rows = []
 
@@ -140,10 +140,12 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
         elif kind in ("bodies", "classes", "local5"):
             (r,) = {a.cfg.lr for a in arms if a.cell == cell}
             fs = (0.25,) if kind == "local5" else (0.0, 0.25)
-            for f in fs:
-                add("C1", f"FedFrozen T0 {f:.0%} − FedAvg, {cell}", cell, arm_label("fedfrozen", f, r),
+            for f in fs:  # T0 = 25%: C1's comparison; T0 = 0 (the pretrained kernel frozen throughout): C2's
+                add("C1" if f else "C2", f"FedFrozen T0 {f:.0%} − FedAvg, {cell}", cell, arm_label("fedfrozen", f, r),
                     arm_label("fedavg", None, r))
-            add("C1", f"linear probe − FedAvg, {cell}", cell, arm_label("freeze_body", 0.0, r),
+            # the probe (the whole body frozen from round 0): C4's freezing of every group, and how much the body
+            # alone solves
+            add("C4", f"linear probe − FedAvg, {cell}", cell, arm_label("freeze_body", 0.0, r),
                 arm_label("fedavg", None, r))
     return rows
 

@@ -9,9 +9,10 @@ server step, per-round decisions, state) is a hook of `fedfrozen.methods.Method`
 frozen groups change (FedFrozen's stage switch at T0) the local optimiser is rebuilt over the
 trainable parameters and the method drops the old stage's state (docs/methods.md).
 
-The round itself is `fedfrozen.round`: `Round` (the server's side: opening, folding, closing, also
-run by the Flower strategy) and `LocalTraining` (the clients' side in this process, either
-engine); `run` below is the loop over rounds, with setup, resume, callbacks and checkpoints.
+The round itself is `fedfrozen.round`: `Round` (the server's side: opening, instructing, receiving the replies,
+closing; also driven by the Flower strategy) and `LocalTraining` (the clients' side in this process, either engine:
+an Instruction in, a Reply out; also what the Flower ClientApp runs); `run` below is the loop over rounds, with
+setup, resume, callbacks and checkpoints.
 """
 
 from __future__ import annotations
@@ -209,16 +210,14 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
         if plan.switched:
             clients.configure(plan.mask)  # the new stage's trainable mask and a fresh local optimiser
 
-        # 2. local training, each client folded into the round as it finishes, in the sampled order
-        for c in clients.train(plan, rnd.x):
-            if not math.isfinite(loss := c.loss):  # (one .item() per client)
-                hist.diverged = {"round": r, "client": c.cid}
-                warnings.warn(f"run diverged: non-finite loss at round {r}, client {c.cid}; stopping",
+        # 2. each sampled client's instruction, its local training and its reply, received in the sampled order
+        for reply in clients.replies(rnd.instructions(plan)):
+            if not math.isfinite(reply.loss):
+                hist.diverged = {"round": r, "client": reply.cid}
+                warnings.warn(f"run diverged: non-finite loss at round {r}, client {reply.cid}; stopping",
                               RuntimeWarning, stacklevel=2)
                 break
-            rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)
-            clients.after(plan, c, rnd.delta)
-            rnd.take(plan, c.cid, c.weight, loss, c.mask)
+            rnd.receive(plan, reply)
         if hist.diverged:
             break
 

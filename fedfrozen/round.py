@@ -1,26 +1,29 @@
-"""One federated round in phases, shared by `fedfrozen.loop.run` and the Flower strategy (fedfrozen.flower.server).
+"""One federated round as two messages, shared by `fedfrozen.loop.run` and the Flower apps (fedfrozen.flower).
+
+The server sends each sampled client an `Instruction` (the round, the global weights, the stage's trainable mask,
+the round's rate, value penalty and prox weight); the client answers with a `Reply` (its update, its share p_i, its
+training loss and steps). The server's side is `Round`; the clients' side in this process is `LocalTraining`
+(either engine), whose `replies` turns instructions into replies. The Flower ClientApp wraps the same
+`LocalTraining.replies` for its one client, and the Flower strategy drives the same `Round`:
 
     s, method, rnd, hist, first = loop.start_up(cfg, method)   # the same start for both (fresh or resumed)
     clients.configure(rnd.mask)                                # the clients' side of the stage (loop only)
     plan = rnd.open(r)                                         # stage switch, lr, value penalty, sampling
     if plan.switched: clients.configure(plan.mask)             # what trains, fresh local optimiser
-    for c in clients.train(plan, rnd.x):                       # local training (either engine), in sampled order
-        rnd.fold(plan, c.cid, rnd.client_delta(), c.weight)   # upload, aggregate, drift sums
-        clients.after(plan, c, rnd.delta)                      # the client's state from its update
-        rnd.take(plan, c.cid, c.weight, c.loss, c.mask)        # its training loss and bytes
+    for reply in clients.replies(rnd.instructions(plan)):      # local training, in the sampled order
+        rnd.receive(plan, reply)                               # aggregate, drift sums, loss and bytes
     stop = rnd.finish(plan, hist, t0)                          # server step, measurements, evaluation: the row
 
-The Flower strategy runs the same `open` / `fold` / `take` / `finish` on the replies of its nodes.
-`Round` is the server's side; `LocalTraining` the clients' side in this process (the Flower ClientApp trains its
-one client with it too, on a replica of the method). The hooks are the method's (fedfrozen.methods.base, whose
-docstring gives their order).
+A client's hooks run on the client's side, in one order wherever it trains (fedfrozen.methods.base lists it):
+client_mask, init_client, client_forward, correction, (training), upload, after_client; the server's side then
+folds the reply (aggregate) and counts its bytes (client_bytes).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,8 +32,8 @@ import torch.nn.functional as F
 from . import batched, local, qkv
 from .rng import seed_for
 
-__all__ = ["Plan", "ClientWork", "Round", "LocalTraining", "exchanged_bytes", "evaluate_round", "round_metrics",
-           "lr_at"]
+__all__ = ["Plan", "Instruction", "Reply", "Tally", "ClientWork", "Round", "LocalTraining", "exchanged_bytes",
+           "evaluate_round", "round_metrics", "lr_at"]
 
 _EPS = 1e-12
 
@@ -49,11 +52,6 @@ class Plan:
     switched: bool           # the stage changed at this round (fresh optimiser, frozen block sent again)
     mask: torch.Tensor       # 0/1 over the flat buffer: the entries of the groups this stage trains
     trainable_bytes: int     # bytes of those groups
-    client_sq: dict = field(default_factory=dict)  # group -> sum_i p_i ||D_i,g||^2 (drift), filled by fold
-    bytes_down: int = 0
-    bytes_up: int = 0
-    train_loss: float = 0.0  # sum_i p_i loss_i over the clients taken (Round.take)
-    masks: dict | None = None  # cid -> the mask the server sent a client (Flower); the others ask client_mask
 
     @property
     def stage(self) -> int:
@@ -61,11 +59,50 @@ class Plan:
 
 
 @dataclass
+class Tally:
+    """What the round's replies add up to (Round.receive), for its History row."""
+
+    client_sq: dict          # group -> sum_i p_i ||D_i,g||^2 (drift)
+    bytes_down: int = 0
+    bytes_up: int = 0
+    train_loss: float = 0.0  # sum_i p_i loss_i over the replies received
+
+
+@dataclass(frozen=True, kw_only=True)
+class Instruction:
+    """What the server sends client `cid` in round r (Round.instructions; on Flower, its records)."""
+
+    r: int
+    cid: int
+    weight: float                      # p_i: the client's share of the sampled clients' training examples
+    weights: torch.Tensor              # the global flat weights x (read only)
+    stage_mask: torch.Tensor           # 0/1 over the flat buffer: the groups this stage trains
+    lr: float                          # the local rate of the round
+    value_l2: float                    # lambda of the value penalty
+    anchor_coeff: float                # the local objective's prox weight
+    mask: torch.Tensor | None = None   # the client's own mask when the server sets it (Flower: Method.to_client's
+    #                                    "mask"); None: the client asks its method (client_mask)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """What client `cid` sends back: its update after Method.upload, as a view of the clients' side's buffer (valid
+    until the next reply), and what the server counts."""
+
+    cid: int
+    weight: float                 # p_i, as instructed
+    update: torch.Tensor          # client - global weights, as Method.upload left it
+    loss: float                   # mean training loss over its steps
+    steps: int
+    mask: torch.Tensor | None     # the method's mask it trained by (None: every trainable entry)
+
+
+@dataclass
 class ClientWork:
     """One sampled client's local training in this process."""
 
     cid: int
-    weight: float                  # p_i
+    ins: Instruction               # what the server sent it
     idx: torch.Tensor              # its training indices
     gen: torch.Generator           # its batch order this round
     mask: torch.Tensor | None      # the method's per-client mask (None: every trainable entry)
@@ -98,7 +135,6 @@ class Round:
         self.s, self.method = s, method
         self.x = s.flat.data.clone()
         self.acc = torch.empty_like(self.x)
-        self.delta = torch.empty_like(self.x)
         self.received_frozen: set[int] = set()  # clients that hold the current frozen block
         self.current: tuple = ()
 
@@ -132,40 +168,38 @@ class Round:
         weights = sizes / sizes.sum() if sampled else np.zeros(0)
         self.acc.zero_()
         method.begin_round(r, sampled)
+        self.tally = Tally(client_sq={g: torch.zeros((), device=self.x.device) for g in qkv.GROUPS})
         return Plan(r=r, frozen=frozen, lr=lr, value_l2=value_l2, sampled=sampled, weights=weights,
                     anchor_coeff=method.anchor_coeff(), switched=switched, mask=self.mask,
-                    trainable_bytes=self.trainable_bytes,
-                    client_sq={g: torch.zeros((), device=self.x.device) for g in qkv.GROUPS})
+                    trainable_bytes=self.trainable_bytes)
 
-    def client_delta(self) -> torch.Tensor:
-        """The update of the client whose weights the model holds (client - global), in the round's buffer."""
-        return torch.sub(self.s.flat.data, self.x, out=self.delta)
+    def instructions(self, plan: Plan) -> list[Instruction]:
+        """One Instruction per sampled client, in the sampled order (in this process: the global weights as they
+        are, and no mask: each client asks its method)."""
+        return [Instruction(r=plan.r, cid=cid, weight=float(plan.weights[j]), weights=self.x, stage_mask=plan.mask,
+                            lr=plan.lr, value_l2=plan.value_l2, anchor_coeff=plan.anchor_coeff)
+                for j, cid in enumerate(plan.sampled)]
 
-    def fold(self, plan: Plan, cid: int, delta: torch.Tensor, weight: float, uploaded: bool = False) -> None:
-        """Client `cid`'s update into the round: what it sends (upload; already done by a client elsewhere when
-        `uploaded`), the accumulator, the drift sums."""
-        if not uploaded:
-            self.method.upload(plan.r, cid, delta)
-        self.method.aggregate(self.acc, cid, delta, weight)
-        for g, sq in self.s.flat.group_sq_norms(delta).items():
-            plan.client_sq[g] += weight * sq
-
-    def take(self, plan: Plan, cid: int, weight: float, loss: float, mask) -> None:
-        """Client `cid`, folded and its after-hooks run, into the round's totals: its share of the training loss
-        and its (down, up) bytes by the method's count (`exchanged_bytes`; `mask`: what the client trained by its
-        own mask), the frozen block once per stage."""
-        plan.train_loss += weight * loss
-        down, up = exchanged_bytes(self.s, self.method, plan, cid, mask)
-        plan.bytes_down += down + self.frozen_block_bytes(plan, cid)
-        plan.bytes_up += up
+    def receive(self, plan: Plan, reply: Reply) -> None:
+        """A client's reply into the round: its update into the accumulator (the method's aggregate), the drift
+        sums, its share of the training loss, and its (down, up) bytes by the method's count (`exchanged_bytes`),
+        the frozen block once per stage."""
+        tally, weight = self.tally, reply.weight
+        self.method.aggregate(self.acc, reply.cid, reply.update, weight)
+        for g, sq in self.s.flat.group_sq_norms(reply.update).items():
+            tally.client_sq[g] += weight * sq
+        tally.train_loss += weight * reply.loss
+        down, up = exchanged_bytes(self.s, self.method, plan, reply.cid, reply.mask)
+        tally.bytes_down += down + self.frozen_block_bytes(plan, reply.cid)
+        tally.bytes_up += up
 
     def finish(self, plan: Plan, hist, started: float, joined=None, **columns) -> bool:
         """Close the round (`close`) and append its History row with its bytes, `columns` (Flower adds what its
         records weighed) and its seconds since `started` (time.perf_counter); then the method's on_round_end.
         Returns whether the method asks to stop."""
         joined = plan.sampled if joined is None else joined
-        row = self.close(plan, plan.train_loss if joined else math.nan, joined)
-        row["bytes_down"], row["bytes_up"] = plan.bytes_down, plan.bytes_up
+        row = self.close(plan, self.tally.train_loss if joined else math.nan, joined)
+        row["bytes_down"], row["bytes_up"] = self.tally.bytes_down, self.tally.bytes_up
         row.update(columns)
         row["seconds"] = time.perf_counter() - started
         hist.append(row)
@@ -189,7 +223,7 @@ class Round:
         row = {"round": plan.r, "stage": plan.stage, "lr": plan.lr, "train_loss": train_loss,
                "clients": [int(c) for c in plan.sampled]}
         kernels = qkv.attention_kernels(s.model)
-        row.update(round_metrics(s.flat, self.acc, plan.client_sq, plan.frozen, kernels, self.prev_kernels))
+        row.update(round_metrics(s.flat, self.acc, self.tally.client_sq, plan.frozen, kernels, self.prev_kernels))
         self.prev_kernels = kernels
         row.update(evaluate_round(s, plan.r))
         return row
@@ -197,10 +231,11 @@ class Round:
 
 class LocalTraining:
     """The clients' side of a round in this process: the local optimiser of the stage and, under the batched
-    engine, its layout; `train` yields each sampled client with the model holding its trained weights."""
+    engine, its layout; `replies` turns each client's Instruction into its Reply, in order."""
 
     def __init__(self, s, method, use_batched: bool):
         self.s, self.method, self.use_batched = s, method, use_batched
+        self.delta = torch.empty_like(s.flat.data)  # the update of the client being replied for
 
     def configure(self, mask: torch.Tensor) -> None:
         """The stage's trainable `mask` (Round.mask, Plan.mask) decides what moves: requires_grad, the local
@@ -210,58 +245,67 @@ class LocalTraining:
         self.opt = local.make_optimizer(s.cfg, s.flat, mask)
         self.layout = batched.EntryMap(s.model, s.flat, mask) if self.use_batched else None
 
-    def _prepare(self, plan: Plan, cid: int, j: int, x: torch.Tensor) -> ClientWork:
-        """The hooks before client `cid` trains; the model holds the global weights, the optimiser a fresh state."""
-        s, method, opt = self.s, self.method, self.opt
-        s.flat.data.copy_(x)
+    def _prepare(self, ins: Instruction) -> ClientWork:
+        """The hooks before client `ins.cid` trains; the model holds the global weights, the optimiser a fresh
+        state."""
+        s, method, opt, r, cid = self.s, self.method, self.opt, ins.r, ins.cid
+        s.flat.data.copy_(ins.weights)
         opt.reset()  # a fresh local optimiser state per client per round
-        cmask = plan.masks[cid] if plan.masks and cid in plan.masks else method.client_mask(plan.r, cid)
+        cmask = ins.mask if ins.mask is not None else method.client_mask(r, cid)
         opt.mask = cmask
-        trains = plan.mask if cmask is None else cmask * plan.mask
-        method.init_client(plan.r, cid, None if self.use_batched else opt, trains)
-        seed = seed_for("local_batches", s.cfg.seed, plan.r, cid)
+        trains = ins.stage_mask if cmask is None else cmask * ins.stage_mask
+        method.init_client(r, cid, None if self.use_batched else opt, trains)
+        seed = seed_for("local_batches", s.cfg.seed, r, cid)
         if not self.use_batched:  # (the batched engine refuses models with random layers)
             torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
-        c = ClientWork(cid, float(plan.weights[j]), s.client_train[cid], torch.Generator().manual_seed(seed), cmask,
-                       trains, method.client_forward(plan.r, cid), method.correction(cid))
+        c = ClientWork(cid, ins, s.client_train[cid], torch.Generator().manual_seed(seed), cmask, trains,
+                       method.client_forward(r, cid), method.correction(cid))
         if self.use_batched and c.forward is not None:
             raise RuntimeError(f"method {method.name!r} gave a client_forward under the batched engine; "
                                f"set its `batched = False`")
         return c
 
-    def train(self, plan: Plan, x: torch.Tensor):
-        """Each sampled client, trained, in the sampled order. Sequentially a client's hooks before training
-        run after the previous client was folded; the batched engine prepares a whole chunk first."""
+    def _reply(self, c: ClientWork) -> Reply:
+        """The model holds client `c`'s trained weights: its update (client - global), as the method uploads it,
+        the method's after-hook, and the Reply."""
+        ins = c.ins
+        delta = torch.sub(self.s.flat.data, ins.weights, out=self.delta)
+        self.method.upload(ins.r, c.cid, delta)
+        self.method.after_client(ins.r, c.cid, delta, c.steps, ins.lr, c.trains)
+        return Reply(cid=c.cid, weight=ins.weight, update=delta, loss=c.loss, steps=c.steps, mask=c.mask)
+
+    def replies(self, instructions):
+        """Each instructed client's Reply, in order (a generator: the caller receives each before the next client
+        prepares). Sequentially a client's hooks before training run after the previous client's reply was
+        received; the batched engine prepares a whole chunk first."""
         s, cfg = self.s, self.s.cfg
-        n = len(plan.sampled)
+        instructions = list(instructions)
+        n = len(instructions)
         chunk = max(1, batched.chunk_size(cfg, self.layout, s.model, s, n)) if self.use_batched else 1
         for c0 in range(0, n, chunk):
             clients = []
-            for j, cid in enumerate(plan.sampled[c0:c0 + chunk], start=c0):
-                c = self._prepare(plan, cid, j, x)
+            for ins in instructions[c0:c0 + chunk]:
+                c = self._prepare(ins)
                 if not self.use_batched:
                     c.loss_sum, c.steps = local.train(
-                        s, self.opt, plan.lr, c.idx, c.gen, epochs=cfg.local_epochs, steps=cfg.local_steps, anchor=x,
-                        anchor_coeff=plan.anchor_coeff, correction=c.correction, value_l2=plan.value_l2,
-                        value_mode=cfg.value_l2_mode, mask=c.mask, forward=c.forward)
-                    yield c
+                        s, self.opt, ins.lr, c.idx, c.gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
+                        anchor=ins.weights, anchor_coeff=ins.anchor_coeff, correction=c.correction,
+                        value_l2=ins.value_l2, value_mode=cfg.value_l2_mode, mask=c.mask, forward=c.forward)
+                    yield self._reply(c)
                     continue
                 clients.append(c)
             if not self.use_batched:
                 continue
-            s.flat.data.copy_(x)
-            trained = batched.train_chunk(s, self.layout, self.opt.rule, plan.lr, x, clients,
-                                          anchor_coeff=plan.anchor_coeff, value_l2=plan.value_l2,
+            first = clients[0].ins  # (one rate, penalty and prox weight for the whole round)
+            s.flat.data.copy_(first.weights)
+            trained = batched.train_chunk(s, self.layout, self.opt.rule, first.lr, first.weights, clients,
+                                          anchor_coeff=first.anchor_coeff, value_l2=first.value_l2,
                                           value_mode=cfg.value_l2_mode)
             for c, (weights, loss_sum, steps) in zip(clients, trained):
-                s.flat.data.copy_(x)
+                s.flat.data.copy_(first.weights)
                 self.layout.scatter(weights, s.flat.data)  # the model holds the client's weights
                 c.loss_sum, c.steps = loss_sum, steps
-                yield c
-
-    def after(self, plan: Plan, c: ClientWork, delta: torch.Tensor) -> None:
-        """The hooks after client `c` was folded: its state from the update."""
-        self.method.after_client(plan.r, c.cid, delta, c.steps, plan.lr, c.trains)
+                yield self._reply(c)
 
 
 def exchanged_bytes(s, method, plan: Plan, cid: int, mask) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,9 +90,9 @@ def _read(number: str, figures: Path):
 
     from .config import Config
 
-    if not isinstance(number, str) or len(number) != 2 or not number.isdigit():
-        raise ValueError(f"only: a notebook number such as '04'; got {number!r}")
-    have = sorted(p.name[:2] for p in figures.glob("[0-9][0-9]_configs.jsonl"))
+    if not isinstance(number, str) or not re.fullmatch(r"\d\d(_[a-z]+)?", number):
+        raise ValueError(f"only: a notebook number such as '04' (or one of its tables, '03_controls'); got {number!r}")
+    have = sorted(p.name[:-len("_configs.jsonl")] for p in figures.glob("[0-9][0-9]*_configs.jsonl"))
     paths = [figures / f"{number}_{name}" for name in ("verdicts.csv", "per_seed.csv", "configs.jsonl")]
     missing = [p.name for p in paths if not p.exists()]
     if missing:

@@ -284,7 +284,7 @@ _HOOKS = ("frozen_groups", "on_stage_switch", "value_penalty", "sample_clients",
           "client_mask", "init_client", "client_forward", "correction", "upload", "aggregate", "after_client",
           "client_bytes", "server_update", "on_round_end")
 _PRE = ["client_mask", "init_client", "client_forward", "correction"]
-_POST = ["upload", "aggregate", "after_client", "client_bytes"]
+_POST = ["upload", "after_client", "aggregate", "client_bytes"]  # the client's side, then the server's (as on Flower)
 
 
 @pytest.mark.parametrize("engine", ["sequential", "batched"])

@@ -4,6 +4,7 @@ import importlib.util
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("refresh_outputs", ROOT / "tools" / "refresh_outputs.py")
@@ -46,3 +47,24 @@ def test_every_committed_notebook_is_as_refresh_outputs_writes_it():
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         text = path.read_text()
         assert refresh.clean(nbformat.reads(text, as_version=4)) == text, f"{path.name}: run tools/refresh_outputs.py"
+
+
+def test_a_section_is_executed_with_the_opening_cells_and_the_others_keep_their_outputs(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    md = nbformat.v4.new_markdown_cell
+    old = nbformat.v4.new_output("stream", name="stdout", text="old\n")
+    cells = [nbformat.v4.new_code_cell("x = 2"), md("## 1 · first"), nbformat.v4.new_code_cell("print('one', x)"),
+             md("## 2 · second"), nbformat.v4.new_code_cell("print('two', x)"), md("## Reading"),
+             nbformat.v4.new_code_cell("print('reading')")]
+    for c in cells:
+        if c.cell_type == "code":
+            c.outputs = [old]
+    nb.cells = cells
+    path = tmp_path / "99_x.ipynb"
+    nbformat.write(nb, path)
+    assert refresh.section_cells(nb, "2") == [0, 3, 4]
+    done = refresh.execute_section(path, "2")
+    texts = ["".join(o.get("text", "") for o in c.outputs) if c.cell_type == "code" else None for c in done.cells]
+    assert texts == ["", None, "old\n", None, "two 2\n", None, "old\n"]  # section 2 after the opening; others kept
+    with pytest.raises(SystemExit, match="no one heading"):
+        refresh.section_cells(nb, "7")

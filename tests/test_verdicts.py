@@ -13,11 +13,13 @@ FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
 TABLES = sorted(p.name[: -len("_verdicts.csv")] for p in FIGURES.glob("*_verdicts.csv")
                 if (FIGURES / p.name.replace("_verdicts.csv", "_per_seed.csv")).exists())
-RUNS = sorted(p.name[:2] for p in FIGURES.glob("[0-9][0-9]_per_seed.csv"))
+# every per-seed table with its configs (notebook 03's controlled cells have their own: 03_controls)
+RUNS = sorted(p.name[: -len("_configs.jsonl")] for p in FIGURES.glob("[0-9][0-9]*_configs.jsonl"))
 
 
 def test_every_claim_notebook_commits_its_tables():
-    assert {"03", "04", "05", "06", "06_drift", "09", "10", "11"} <= set(TABLES)
+    assert {"03", "03_controls", "04", "05", "06", "06_drift", "09", "10", "11"} <= set(TABLES)
+    assert {"02", "03", "03_controls", "04", "05", "06", "09", "10", "11"} <= set(RUNS)
 
 
 @pytest.mark.parametrize("nb", TABLES)
@@ -54,14 +56,27 @@ def test_every_committed_run_has_its_config_and_machine(nb):
             assert (pd.isna(got) and want[name] is None) or got == want[name], (nb, row.key, name, got, want[name])
 
 
-def test_the_spread_family_follows_from_the_per_seed_table():
-    """C1's stability over seeds (figures/03_spread.csv, Pitman–Morgan, its own Holm family) is recomputed from the
-    committed runs, every cell with 15 seeds."""
-    table = pd.read_csv(FIGURES / "03_spread.csv", index_col=0)
-    runs = pd.read_csv(FIGURES / "03_per_seed.csv", index_col=0)
+@pytest.mark.parametrize("name, nb", [("03_spread", "03"), ("03_controls_spread", "03_controls")])
+def test_the_spread_family_follows_from_the_per_seed_table(name, nb):
+    """C1's stability over seeds (figures/03_spread.csv and, for the controlled cells, 03_controls_spread.csv:
+    Pitman–Morgan, each its own Holm family) is recomputed from the committed runs, every cell with 15 seeds."""
+    table = pd.read_csv(FIGURES / f"{name}.csv", index_col=0)
+    runs = pd.read_csv(FIGURES / f"{nb}_per_seed.csv", index_col=0)
     assert len(table) >= 3 and (table["n"] >= 15).all()
     again = ff.tables.recompute_spread(table, runs)
     numeric = ["sd_a", "sd_b", "ratio", "r", "p", "n", "p_holm"]
     pd.testing.assert_frame_equal(again[numeric], table[numeric].reset_index(drop=True), rtol=1e-5, atol=1e-9,
                                   check_dtype=False)
+    assert again["verdict_holm"].tolist() == table["verdict_holm"].tolist()
+
+
+def test_the_rate_sensitivity_follows_from_the_controlled_runs():
+    """figures/03_rate_sensitivity.csv (C1 pretrained, a body per seed, both arms at each rate: a family of its own)
+    is recomputed from notebook 03's controlled runs; every rate of the cell is there, on the same seeds."""
+    table = pd.read_csv(FIGURES / "03_rate_sensitivity.csv", index_col=0)
+    runs = pd.read_csv(FIGURES / "03_controls_per_seed.csv", index_col=0)
+    assert len(table) == len(ff.controls.RATES) and table["n"].nunique() == 1
+    again = ff.tables.recompute(table, runs)
+    numeric = ["mean_a", "mean_b", "d", "half_width", "n", "p", "p_holm", "detectable"]
+    pd.testing.assert_frame_equal(again[numeric], table[numeric].reset_index(drop=True), rtol=1e-5, atol=1e-9)
     assert again["verdict_holm"].tolist() == table["verdict_holm"].tolist()

@@ -116,8 +116,11 @@ def test_rows_of_an_unrecorded_machine_are_judged_by_verdict_only(committed, tmp
 
 def test_bad_arguments_are_refused_before_any_training(committed, tmp_path):
     folder, _ = committed
-    with pytest.raises(ValueError, match="only: a notebook number"):
-        ff.verify("4", figures=folder / "figures", root=tmp_path)
+    for bad in ("4", "03-controls", "03_Controls"):
+        with pytest.raises(ValueError, match="only: a notebook number"):
+            ff.verify(bad, figures=folder / "figures", root=tmp_path)
+    with pytest.raises(ValueError, match=r"notebook 98_controls has no 98_controls_verdicts.csv"):
+        ff.verify("98_controls", figures=folder / "figures", root=tmp_path)
     with pytest.raises(ValueError, match=r"notebook 98 has no 98_verdicts.csv, 98_per_seed.csv, 98_configs.jsonl"):
         ff.verify("98", figures=folder / "figures", root=tmp_path)
     for name, kwargs in (("runs", dict(runs=0)), ("seeds", dict(seeds=1)), ("runs", dict(runs=True)),

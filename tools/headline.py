@@ -27,17 +27,17 @@ import pandas as pd  # noqa: E402
 from fedfrozen import plots  # noqa: E402
 from fedfrozen import tables as ff_tables  # noqa: E402
 
-# C1, C2, C3, C4 (03's controlled cells, C4's drift family): each NN_verdicts.csv with the per-seed table
-# NN_per_seed.csv it follows from
-NOTEBOOKS = ("03", "03_controls", "04", "05", "06", "06_drift")
-# one comparison, whichever notebook wrote it: the same measure over the same runs (their cache keys, each with the
-# machine that computed it: the same key trained on another machine is another run, digits apart)
+# C1, C2, C3, C4 (and C4's drift family), then notebook 03's controlled cells (§ 3): each NN_verdicts.csv with the
+# per-seed table NN_per_seed.csv it follows from
+NOTEBOOKS = ("03", "04", "05", "06", "06_drift", "03_controls")
+# one comparison, whichever notebook wrote it: the same measure over the same runs (their cache keys; one trained
+# again on another machine is the same comparison, counted once with the first notebook's digits)
 SAME = ["measure", "runs"]
 
 
 def verdicts(profile: str) -> pd.DataFrame:
-    """The claim notebooks' verdict tables, concatenated in claim order, each row with the cache keys and machines of
-    its two arms (`runs`: JSON); a missing table is named."""
+    """The claim notebooks' verdict tables, concatenated in claim order, each row with the cache keys of its two
+    arms (`runs`: JSON); a missing table is named."""
     folder = plots.figures_dir(profile)
     frames = []
     for nb in NOTEBOOKS:
@@ -46,11 +46,8 @@ def verdicts(profile: str) -> pd.DataFrame:
             if not p.exists():
                 raise FileNotFoundError(f"{p} is missing: run notebook {nb[:2]} at the {profile} profile first")
         table, runs = pd.read_csv(path, index_col=0), pd.read_csv(runs_path, index_col=0)
-        if "machine" not in runs:  # a table written before runs knew their machine
-            runs["machine"] = ff_tables.UNRECORDED
-        table["runs"] = [json.dumps([sorted(map(list, zip(arm["key"], arm["machine"])))
-                                     for arm in (ff_tables.arm_rows(runs, json.loads(v.by), json.loads(lab))
-                                                 for lab in (v.a, v.b))]) for v in table.itertuples(index=False)]
+        table["runs"] = [json.dumps([sorted(ff_tables.arm_rows(runs, json.loads(v.by), json.loads(lab))["key"])
+                                     for lab in (v.a, v.b)]) for v in table.itertuples(index=False)]
         frames.append(table.assign(source=nb))
     return pd.concat(frames, ignore_index=True)
 
@@ -78,7 +75,7 @@ def readme_family(df: pd.DataFrame) -> pd.DataFrame:
 def is_fedfrozen(comparison: str) -> bool:
     """A row of FedFrozen against FedAvg (at any T0, in any regime); the others are the baselines and ablations (C1's
     baselines, FedFrozen against them, C3's penalties, C4's other freezes), drawn on their own axis."""
-    return comparison.startswith(("FedFrozen − FedAvg", "T0 =", "freeze Q/K (FedFrozen)"))
+    return comparison.startswith(("FedFrozen − FedAvg", "FedFrozen T0", "T0 =", "freeze Q/K (FedFrozen)"))
 
 
 README_START = "<!-- verdicts: rendered by tools/headline.py from figures/readme_verdicts.csv -->"
@@ -90,9 +87,13 @@ README_ROWS = [
     ("C1", "base, Dir 0.5", [("FedFrozen − FedAvg, dirichlet:0.5", "accuracy")]),
     ("C1", "base, Dir 0.1", [("FedFrozen − FedAvg, dirichlet:0.1", "accuracy"),
                              ("FedFrozen − FedAvg, dirichlet:0.1: oscillation", "oscillation")]),
-    ("C1", "pretrained, Dir 0.1", [("FedFrozen − FedAvg, dirichlet:0.1, pretrained", "accuracy")]),
-    ("C1", "constant rate, Dir 0.1 †", [("FedFrozen − FedAvg, dirichlet:0.1, constant", "accuracy"),
-                                        ("FedFrozen − FedAvg, dirichlet:0.1, constant: oscillation", "oscillation")]),
+    ("C1", "pretrained, Dir 0.1", [("FedFrozen − FedAvg, dirichlet:0.1, pretrained", "one body"),
+                                   ("FedFrozen T0 25% − FedAvg, bodies, Dir 0.1", "a body per seed")]),
+    ("C1", "pretrained (supervised task), Dir 0.1", [("FedFrozen T0 25% − FedAvg, classes, Dir 0.1", "accuracy")]),
+    ("C1", "constant rate, Dir 0.1, both arms at one rate", [
+        ("FedFrozen T0 25% − FedAvg, both at 0.001, constant, Dir 0.1", "1e-3"),
+        ("FedFrozen T0 25% − FedAvg, both at 0.003, constant, Dir 0.1", "3e-3"),
+        ("FedFrozen T0 25% − FedAvg, both at 0.003, constant, Dir 0.1: oscillation", "oscillation, 3e-3")]),
     ("C1", "pretrained + constant, Dir 0.1", [
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained", "accuracy"),
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained: oscillation", "oscillation")]),
@@ -104,10 +105,13 @@ README_ROWS = [
     ("C2 best T0 shrinks with heterogeneity", "base", [("T0 = 50% of T − FedAvg, α=0.1", "T0 50%, α 0.1"),
                                                        ("T0 = 50% of T − FedAvg, α=0.5", "T0 50%, α 0.5")]),
     ("C2", "pretrained", [("T0 = 0% of T − FedAvg, α=0.1, pretrained", "T0 0, α 0.1"),
+                          ("FedFrozen T0 0% − FedAvg, bodies, Dir 0.1", "T0 0, a body per seed"),
                           ("T0 = 50% of T − FedAvg, α=0.1, pretrained", "T0 50%, α 0.1"),
                           ("T0 = 0% of T − FedAvg, α=0.5, pretrained", "T0 0, α 0.5")]),
-    ("C2", "constant rate †", [("T0 = 50% of T − FedAvg, α=0.1, constant", "T0 50%, α 0.1"),
-                               ("T0 = 50% of T − FedAvg, α=0.05, constant", "T0 50%, α 0.05")]),
+    ("C2", "constant rate, both arms at one rate", [
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, constant, Dir 0.1", "T0 50%, 3e-3, α 0.1"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.001, constant, Dir 0.1", "T0 50%, 1e-3, α 0.1"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, constant, Dir 0.05", "T0 50%, 3e-3, α 0.05")]),
     ("C3 value L2 cuts drift, costs little", "base, Dir 0.1", [
         ("value L2 λ=0.01 − λ=0, α=0.1: value drift", "drift, λ 0.01"),
         ("value L2 λ=0.01 − λ=0, α=0.1", "accuracy, λ 0.01"), ("value L2 λ=0.1 − λ=0, α=0.1", "accuracy, λ 0.1")]),

@@ -7,7 +7,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -15,7 +14,7 @@ from flwr.clientapp import ClientApp
 from .. import loop, methods, qkv
 from ..config import Config
 from ..io import atomic_write, follow_threads
-from ..round import LocalTraining, Plan
+from ..round import Instruction, LocalTraining
 
 __all__ = ["app", "train_client", "failing", "kept_state", "keep_state"]
 
@@ -68,21 +67,19 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
     trainable = [g for g in qkv.GROUPS if g not in frozen]
     stage_mask = flat.mask(trainable)
     training.configure(stage_mask)
-    mask = (sent or {}).get("mask")
-    plan = Plan(r=r, frozen=frozen, lr=float(conf["lr"]), value_l2=float(conf["value-l2"]), sampled=[cid],
-                weights=np.ones(1), anchor_coeff=float(conf["proximal-mu"]), switched=False, mask=stage_mask,
-                trainable_bytes=flat.group_bytes(trainable),
-                masks={} if mask is None else {cid: mask.to(flat.data.dtype)})  # else: the client's own client_mask
-    (c,) = training.train(plan, x_global)  # the loop's local step, hooks included
-    delta = flat.data - x_global
-    method.upload(r, cid, delta)
-    method.after_client(r, cid, delta, c.steps, plan.lr, c.trains)
+    mask = (sent or {}).get("mask")  # the server's client_mask for it; None: the client's own (head pruning)
+    ins = Instruction(r=r, cid=cid, weight=1.0, weights=x_global, stage_mask=stage_mask, lr=float(conf["lr"]),
+                      value_l2=float(conf["value-l2"]), anchor_coeff=float(conf["proximal-mu"]),
+                      mask=None if mask is None else mask.to(flat.data.dtype))
+    (reply,) = training.replies([ins])  # the loop's client: its hooks, local step, upload and after-hook
+    delta = reply.update
     keep = {name for g in trainable for name in qkv.param_groups(s.model)[g]}
     # the update as the method's upload left it (FedSLM truncates it), per trainable parameter: the server folds it
     # as it is (no re-subtraction of the global weights, so the same bits as the loop's)
     arrays = {name: delta[a:b].view(p.shape).clone() for name, p in s.model.named_parameters() if name in keep
               for a, b in [flat.param_range[name]]}
-    metrics = {"num-examples": len(s.client_train[cid]), "train-loss": c.loss, "steps": c.steps, "partition-id": cid}
+    metrics = {"num-examples": len(s.client_train[cid]), "train-loss": reply.loss, "steps": reply.steps,
+               "partition-id": cid}
     return arrays, metrics, dict(method.to_server(r, cid)), dict(method.client_state(cid))
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
@@ -14,6 +15,7 @@ from .. import loop, methods, qkv
 from ..config import Config
 from ..history import History
 from ..io import follow_threads
+from ..round import Reply
 from . import check_supported, config_from_run
 
 __all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server"]
@@ -41,6 +43,7 @@ class FedFrozenStrategy(FedAvg):
         self.s, self.rnd, self.hist, self.first = loop.start_up(
             cfg, self.method, resume_from=checkpoint if checkpoint and os.path.exists(checkpoint) else None)
         self.flat = self.s.flat
+        self.delta = torch.empty_like(self.flat.data)  # a reply's update, as one flat vector
         self.hist.env["runtime"] = "flower"
         self.node_partition: dict[int, int] = {}
         self.received_frozen: set[int] = set()  # nodes holding the current frozen block
@@ -110,17 +113,17 @@ class FedFrozenStrategy(FedAvg):
         for cid in done:
             arrays, m, up = results[cid]
             p = float(m["num-examples"]) / total
-            self._client_update(arrays.to_torch_state_dict())
             bytes_up_wire += arrays.count_bytes() + (msg_bytes(up) if up else 0)
             method.from_client(r, cid, up, p)  # the server's side of after_client, before the update is folded
-            rnd.fold(plan, cid, rnd.delta, p, uploaded=True)  # (the client ran upload)
-            rnd.take(plan, cid, p, float(m["train-loss"]), method.client_mask(r, cid))  # (asked after the reply:
-            # a client may choose its own mask, head pruning)
+            # the client's mask is asked after its reply (a client may choose its own: head pruning)
+            rnd.receive(plan, Reply(cid=cid, weight=p, update=self._client_update(arrays.to_torch_state_dict()),
+                                    loss=float(m["train-loss"]), steps=int(m["steps"]),
+                                    mask=method.client_mask(r, cid)))
         rnd.finish(plan, self.hist, self.t0, joined=done, bytes_down_wire=self.bytes_down_wire,
                    bytes_up_wire=bytes_up_wire, failures=failures)
         if self.checkpoint and r + 1 < self.cfg.rounds:  # the server's side; each client keeps its own state
             loop.save_checkpoint(self.checkpoint, self.cfg, r + 1, rnd.x, method, self.hist, rnd.received_frozen)
-        return self.initial_arrays(), MetricRecord({"train-loss": plan.train_loss if done else 0.0})
+        return self.initial_arrays(), MetricRecord({"train-loss": rnd.tally.train_loss if done else 0.0})
 
     def _parse(self, r: int, replies) -> tuple[dict, list]:
         """{partition id: (update ArrayRecord, metrics, what the method sent up)} of the replies that trained, and
@@ -140,12 +143,14 @@ class FedFrozenStrategy(FedAvg):
                                 if "method" in msg.content else {})
         return results, failures
 
-    def _client_update(self, state: dict) -> None:
-        """A client's update (as its Method.upload left it) into the round's buffer, by parameter name."""
-        self.rnd.delta.zero_()
+    def _client_update(self, state: dict) -> torch.Tensor:
+        """A client's update (as its Method.upload left it), by parameter name, as one flat vector (the round's
+        buffer)."""
+        self.delta.zero_()
         for name, t in state.items():
             a, b = self.flat.param_range[name]
-            self.rnd.delta[a:b] = t.reshape(-1)
+            self.delta[a:b] = t.reshape(-1)
+        return self.delta
 
 
 def _reason(text: str) -> str:

@@ -20,8 +20,9 @@ buffers and the order of events; at each point where methods differ it calls a h
       (the client trains; under the batched engine every client of a chunk passes the hooks above first)
       per sampled client i, after it trained, in the sampled order (the model holds its weights):
         upload(r, i, delta)                       rewrite the update into what the client sends (in place; FedSLM)
-        aggregate(acc, i, delta, weight)          fold the upload into the round's accumulator (in place)
         after_client(r, i, delta, steps, lr, mask)  client state from the update (control variates, caches)
+        (the client's Reply; on a federation: to_server, then from_client on the server)
+        aggregate(acc, i, delta, weight)          fold the upload into the round's accumulator (in place)
         client_bytes(r, i, payload, trainable)    exact bytes down and up
       server_update(r, x, acc, mask, sampled)     the server step on the aggregated update (not when nobody joined)
       on_round_end(r, row, history)               sees the History row; True stops the run

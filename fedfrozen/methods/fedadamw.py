@@ -70,7 +70,7 @@ class FedAdamW(Method):
         super().begin_round(r, sampled)
         self.v_sum = torch.zeros_like(self.v_bar)
         self.steps_sum = 0.0
-        self.weight: dict[int, float] = {}
+        self.pending: int | None = None  # in one process: the client whose report awaits the server's side
 
     def _steps(self, cid: int) -> int:
         cfg = self.cfg
@@ -92,7 +92,9 @@ class FedAdamW(Method):
 
     def aggregate(self, acc: torch.Tensor, cid: int, delta: torch.Tensor, weight: float) -> None:
         super().aggregate(acc, cid, delta, weight)
-        self.weight[cid] = weight
+        if self.pending == cid:  # in one process the server's side follows the client's (on a federation: from_client)
+            self._fold(weight, self.reported)
+            self.pending = None
 
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
@@ -101,8 +103,7 @@ class FedAdamW(Method):
         self.reported = {"v_means": torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size,
                          "steps": torch.tensor([steps])}  # what the client uploads besides Δ_i
         opt.clear_client_rules()  # (step_rule: FedLADA's and FedACT's local steps)
-        if cid in self.weight:  # in one process the server's side follows at once (on a federation: from_client)
-            self._fold(self.weight[cid], self.reported)
+        self.pending = cid
 
     def _fold(self, p: float, reported: dict) -> None:
         """The server's side: a client's v means and steps into the round's sums, weighted by its p_i."""
