@@ -71,9 +71,9 @@ def test_the_spread_family_follows_from_the_per_seed_table(name, nb):
 
 
 def test_the_rate_sensitivity_follows_from_the_controlled_runs():
-    """figures/03_rate_sensitivity.csv (C1 pretrained, a body per seed, both arms at each rate: a family of its own)
+    """figures/03_rate_sensitivity_verdicts.csv (C1 pretrained, a body per seed, both arms at each rate: its own family)
     is recomputed from notebook 03's controlled runs; every rate of the cell is there, on the same seeds."""
-    table = pd.read_csv(FIGURES / "03_rate_sensitivity.csv", index_col=0)
+    table = pd.read_csv(FIGURES / "03_rate_sensitivity_verdicts.csv", index_col=0)
     runs = pd.read_csv(FIGURES / "03_controls_per_seed.csv", index_col=0)
     assert len(table) == len(ff.controls.RATES) and table["n"].nunique() == 1
     again = ff.tables.recompute(table, runs)
