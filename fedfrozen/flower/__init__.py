@@ -7,7 +7,8 @@
 The ClientApp (`fedfrozen.flower.client:app`) trains one client exactly as `fedfrozen.run` trains it: the
 same partition (its `partition-id` from the node config, the partitioner seeded by Config.seed), the same
 batches, seeds and local step: the records become the loop's `fedfrozen.round.Instruction` and the loop's client
-(`LocalTraining.replies`) answers it, with the method's client-side hooks run on a replica of the method. The ServerApp (`fedfrozen.flower.server:app`) holds the method object and runs the same
+(`LocalTraining.replies`) answers it, with the method's client-side hooks run on a replica of the method. The
+ServerApp (`fedfrozen.flower.server:app`) holds the method object and runs the same
 round (`fedfrozen.round.Round`: stage switch, sampling, aggregation, server optimiser, adaptive schedules) inside
 a Flower strategy, and writes the same History as the in-process loop. What travels: the Config as JSON, the
 round's frozen groups, lr, value penalty, prox weight and the sampled partition ids in the ConfigRecord; the
