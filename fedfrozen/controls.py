@@ -92,8 +92,8 @@ def build(profile: str, base: dict, seeds=range(15), few=range(5), alpha: float 
         fields = regime_setup(profile, base, regime)
         if fields is None:
             continue
-        lr = regime_learning_rates(regime, ["fedavg", "fedfrozen"], profile=profile, dataset=base["dataset"])
-        r = lr["fedavg"]  # every arm of the cell at FedAvg's rate (at the cpu profile FedFrozen selected the same)
+        # every arm of the cell at FedAvg's rate (at the cpu profile FedFrozen selected the same)
+        r = regime_learning_rates(regime, ["fedavg"], profile=profile, dataset=base["dataset"])["fedavg"]
         if cell == "local5":
             out += _arms(f"local5, Dir {alpha:g}", fields, alpha, seeds, [("fedavg", None, r), ("fedfrozen", 0.25, r)],
                          rounds)
