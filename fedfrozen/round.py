@@ -80,6 +80,7 @@ class Instruction:
     lr: float                          # the local rate of the round
     value_l2: float                    # lambda of the value penalty
     anchor_coeff: float                # the local objective's prox weight
+    value_mode: str = "ridge"          # the value penalty's form (Config.value_l2_mode: ridge | prox)
     mask: torch.Tensor | None = None   # the client's own mask when the server sets it (Flower: Method.to_client's
     #                                    "mask"); None: the client asks its method (client_mask)
 
@@ -137,6 +138,7 @@ class Round:
         self.acc = torch.empty_like(self.x)
         self.received_frozen: set[int] = set()  # clients that hold the current frozen block
         self.current: tuple = ()
+        self.value_mode = s.cfg.value_l2_mode  # the penalty's form, one for the run
 
     def start(self, first: int) -> None:
         """Before round `first` (0, or the round a resume continues at, with x and the method state loaded)."""
@@ -177,7 +179,8 @@ class Round:
         """One Instruction per sampled client, in the sampled order (in this process: the global weights as they
         are, and no mask: each client asks its method)."""
         return [Instruction(r=plan.r, cid=cid, weight=float(plan.weights[j]), weights=self.x, stage_mask=plan.mask,
-                            lr=plan.lr, value_l2=plan.value_l2, anchor_coeff=plan.anchor_coeff)
+                            lr=plan.lr, value_l2=plan.value_l2, anchor_coeff=plan.anchor_coeff,
+                            value_mode=self.value_mode)
                 for j, cid in enumerate(plan.sampled)]
 
     def receive(self, plan: Plan, reply: Reply) -> None:
@@ -290,7 +293,7 @@ class LocalTraining:
                     c.loss_sum, c.steps = local.train(
                         s, self.opt, ins.lr, c.idx, c.gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
                         anchor=ins.weights, anchor_coeff=ins.anchor_coeff, correction=c.correction,
-                        value_l2=ins.value_l2, value_mode=cfg.value_l2_mode, mask=c.mask, forward=c.forward)
+                        value_l2=ins.value_l2, value_mode=ins.value_mode, mask=c.mask, forward=c.forward)
                     yield self._reply(c)
                     continue
                 clients.append(c)
@@ -300,7 +303,7 @@ class LocalTraining:
             s.flat.data.copy_(first.weights)
             trained = batched.train_chunk(s, self.layout, self.opt.rule, first.lr, first.weights, clients,
                                           anchor_coeff=first.anchor_coeff, value_l2=first.value_l2,
-                                          value_mode=cfg.value_l2_mode)
+                                          value_mode=first.value_mode)
             for c, (weights, loss_sum, steps) in zip(clients, trained):
                 s.flat.data.copy_(first.weights)
                 self.layout.scatter(weights, s.flat.data)  # the model holds the client's weights

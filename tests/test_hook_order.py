@@ -174,6 +174,7 @@ def test_every_method_calls_its_hooks_in_one_order_in_the_loop_and_on_flower(nam
         fl = flower_in_process(cfg, theirs)
     assert [r["clients"] for r in fl.rows] == [r["clients"] for r in loop.rows]
     assert [r["test_acc"] for r in fl.rows] == pytest.approx([r["test_acc"] for r in loop.rows], abs=1e-6)
+    assert [(r["bytes_down"], r["bytes_up"]) for r in fl.rows] == [(r["bytes_down"], r["bytes_up"]) for r in loop.rows]
     sampled = {(r["round"], c) for r in loop.rows for c in r["clients"]}
 
     # the server's side, whole: the same hooks on the same clients in the same order

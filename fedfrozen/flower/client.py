@@ -70,7 +70,7 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
     mask = (sent or {}).get("mask")  # the server's client_mask for it; None: the client's own (head pruning)
     ins = Instruction(r=r, cid=cid, weight=1.0, weights=x_global, stage_mask=stage_mask, lr=float(conf["lr"]),
                       value_l2=float(conf["value-l2"]), anchor_coeff=float(conf["proximal-mu"]),
-                      mask=None if mask is None else mask.to(flat.data.dtype))
+                      value_mode=cfg.value_l2_mode, mask=None if mask is None else mask.to(flat.data.dtype))
     (reply,) = training.replies([ins])  # the loop's client: its hooks, local step, upload and after-hook
     delta = reply.update
     keep = {name for g in trainable for name in qkv.param_groups(s.model)[g]}

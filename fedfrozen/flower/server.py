@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -18,13 +19,15 @@ from ..io import follow_threads
 from ..round import Reply
 from . import check_supported, config_from_run
 
-__all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server"]
+__all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server", "round_config", "wait_for_nodes",
+           "train_messages", "parse_replies", "flat_update", "Returned"]
 
 
 
 class FedFrozenStrategy(FedAvg):
-    """Flower's FedAvg with fedfrozen's server-side hooks: participation by partition id, the stage switch,
-    the method's aggregation and server step on flat vectors (as in fedfrozen.loop), History rows.
+    """Flower's FedAvg driving fedfrozen's round (fedfrozen.round.Round, as fedfrozen.loop does): a thin adapter that
+    turns the round's instructions into Flower records (`train_messages`) and the nodes' records into Replies
+    (`parse_replies`, `flat_update`), then writes fedfrozen's History.
 
     Every round goes to every node (the partition id of a node is known only to the node); the sampled
     partition ids travel in the ConfigRecord and the others reply at once without training. A client
@@ -42,115 +45,145 @@ class FedFrozenStrategy(FedAvg):
         # round 1 is (> 0 when this run continues from its checkpoint)
         self.s, self.rnd, self.hist, self.first = loop.start_up(
             cfg, self.method, resume_from=checkpoint if checkpoint and os.path.exists(checkpoint) else None)
-        self.flat = self.s.flat
-        self.delta = torch.empty_like(self.flat.data)  # a reply's update, as one flat vector
+        self.delta = torch.empty_like(self.s.flat.data)  # a reply's update, as one flat vector
         self.hist.env["runtime"] = "flower"
-        self.node_partition: dict[int, int] = {}
-        self.received_frozen: set[int] = set()  # nodes holding the current frozen block
-        self.sampled: list[int] = []
+        self.node_partition: dict[int, int] = {}  # learnt from the replies
+        self.received_frozen: set[int] = set()    # nodes holding the current frozen block
 
     def initial_arrays(self) -> ArrayRecord:
         return ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in self.s.model.state_dict().items()})
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
-        """One message per node. What goes down, as the loop counts it: the trainable arrays to every
-        sampled client, the frozen block once per node after a stage switch (the node keeps it in its
-        Context.state), nothing to a node whose partition is known and not sampled this round."""
+        """Open the round (the loop's opening: stage switch, lr, value penalty, sampling) and send its instructions,
+        with the method's per-client tensors (Method.to_client), as one message per node."""
         r = self.first + server_round - 1
         self.t0 = time.perf_counter()
-        self.plan = plan = self.rnd.open(r)  # stage switch, lr, value penalty, sampling: the loop's opening
-        frozen, self.sampled = plan.frozen, plan.sampled
+        self.plan = plan = self.rnd.open(r)
         if plan.switched:
             self.received_frozen.clear()
-        conf = ConfigRecord({"server-round": r + 1, "fedfrozen": json.dumps(self.cfg.to_dict()),
-                             "frozen": ",".join(frozen), "lr": plan.lr, "value-l2": float(plan.value_l2),
-                             "proximal-mu": float(plan.anchor_coeff), "sampled": [int(i) for i in self.sampled],
-                             "fail": self.fail, "client-state-dir": self.client_state_dir})
-        state = arrays.to_torch_state_dict()
-        frozen_names = {n for g in frozen for n in qkv.param_groups(self.s.model)[g]}
-        trainable = ArrayRecord(torch_state_dict={k: v for k, v in state.items() if k not in frozen_names})
-        full = ArrayRecord(torch_state_dict=state)
-        messages, self.bytes_down_wire = [], 0
-        sampled = set(self.sampled)
-        # the method's server side: what each sampled client's hooks read (SCAFFOLD's c, a layer mask)
-        to_client = {cid: self.method.to_client(r, cid) for cid in self.sampled}
-        for node in self._nodes(grid):
-            part = self.node_partition.get(node)
-            if part is not None and part not in sampled:
-                record = RecordDict({"config": conf})
-            else:
-                send = trainable if frozen_names and node in self.received_frozen else full
-                if frozen_names:
-                    self.received_frozen.add(node)
-                record = RecordDict({"arrays": send, "config": conf})
-                # a node whose partition is known gets its own; one not yet known, every sampled client's
-                tensors = (to_client[part] if part is not None else
-                           {f"{cid}/{k}": v for cid, t in to_client.items() for k, v in t.items()})
-                if tensors:
-                    record["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in tensors.items()})
-                self.bytes_down_wire += sum(rec.count_bytes() for key, rec in record.items() if key != "config")
-            messages.append(Message(content=record, message_type=MessageType.TRAIN, dst_node_id=node))
+        conf = round_config(self.cfg, plan, self.fail, self.client_state_dir)
+        to_client = {cid: self.method.to_client(r, cid) for cid in plan.sampled}
+        messages, self.bytes_down_wire = train_messages(
+            wait_for_nodes(grid, self.cfg.n_clients), arrays.to_torch_state_dict(), conf,
+            frozen_names(self.s.model, plan.frozen), to_client, self.node_partition, self.received_frozen)
         return messages
 
-    def _nodes(self, grid: Grid, timeout: float = 300.0) -> list[int]:
-        """The federation's node ids, once n_clients nodes are connected (a clear error after `timeout` s)."""
-        deadline = time.time() + timeout
-        while len(nodes := list(grid.get_node_ids())) < self.cfg.n_clients:
-            if time.time() > deadline:
-                raise RuntimeError(f"{len(nodes)} nodes connected after {timeout:.0f} s; the config has n_clients="
-                                   f"{self.cfg.n_clients} (one node per client: num-supernodes / --node-config)")
-            time.sleep(0.5)
-        return sorted(nodes)
-
     def aggregate_train(self, server_round: int, replies):
-        """Parse the replies; fold and take each sampled client's update in the sampled order, as the loop does;
-        finish the round (the loop's server step and History row, with what the records weighed)."""
+        """Each sampled client's reply as the loop receives it, in the sampled order (the method's from_client
+        first), then the round's close: the server step and the History row, with what the records weighed."""
         r, rnd, plan, method = self.first + server_round - 1, self.rnd, self.plan, self.method
-        results, failures = self._parse(r, replies)
-        done = [cid for cid in self.sampled if cid in results]
-        total = sum(results[c][1]["num-examples"] for c in done)
-        bytes_up_wire = 0
+        results, failures = parse_replies(r, replies, self.node_partition)
+        done = [cid for cid in plan.sampled if cid in results]
+        total = sum(results[cid].examples for cid in done)
         for cid in done:
-            arrays, m, up = results[cid]
-            p = float(m["num-examples"]) / total
-            bytes_up_wire += arrays.count_bytes() + (msg_bytes(up) if up else 0)
-            method.from_client(r, cid, up, p)  # the server's side of after_client, before the update is folded
+            got, p = results[cid], results[cid].examples / total
+            method.from_client(r, cid, got.extras, p)  # the server's side of after_client, before the fold
             # the client's mask is asked after its reply (a client may choose its own: head pruning)
-            rnd.receive(plan, Reply(cid=cid, weight=p, update=self._client_update(arrays.to_torch_state_dict()),
-                                    loss=float(m["train-loss"]), steps=int(m["steps"]),
-                                    mask=method.client_mask(r, cid)))
+            rnd.receive(plan, Reply(cid=cid, weight=p, update=flat_update(self.s.flat, got.update, self.delta),
+                                    loss=got.loss, steps=got.steps, mask=method.client_mask(r, cid)))
         rnd.finish(plan, self.hist, self.t0, joined=done, bytes_down_wire=self.bytes_down_wire,
-                   bytes_up_wire=bytes_up_wire, failures=failures)
+                   bytes_up_wire=sum(results[cid].wire_bytes for cid in done), failures=failures)
         if self.checkpoint and r + 1 < self.cfg.rounds:  # the server's side; each client keeps its own state
             loop.save_checkpoint(self.checkpoint, self.cfg, r + 1, rnd.x, method, self.hist, rnd.received_frozen)
         return self.initial_arrays(), MetricRecord({"train-loss": rnd.tally.train_loss if done else 0.0})
 
-    def _parse(self, r: int, replies) -> tuple[dict, list]:
-        """{partition id: (update ArrayRecord, metrics, what the method sent up)} of the replies that trained, and
-        the failures (node, partition, the client's reason); learns each node's partition id."""
-        failures, results = [], {}
-        for msg in replies:
-            node = msg.metadata.src_node_id
-            if msg.has_error():
-                failures.append({"round": r, "node": int(node), "partition": self.node_partition.get(node),
-                                 "error": _reason(str(msg.error.reason))})
-                continue
-            m = msg.content["metrics"]
-            cid = int(m["partition-id"])
-            self.node_partition[node] = cid
-            if int(m["num-examples"]) > 0:
-                results[cid] = (msg.content["update"], m, msg.content["method"].to_torch_state_dict()
-                                if "method" in msg.content else {})
-        return results, failures
 
-    def _client_update(self, state: dict) -> torch.Tensor:
-        """A client's update (as its Method.upload left it), by parameter name, as one flat vector (the round's
-        buffer)."""
-        self.delta.zero_()
-        for name, t in state.items():
-            a, b = self.flat.param_range[name]
-            self.delta[a:b] = t.reshape(-1)
-        return self.delta
+# --- the round's messages as Flower records ------------------------------------------------------------------------
+
+def round_config(cfg: Config, plan, fail: str = "", client_state_dir: str = "") -> ConfigRecord:
+    """What every node reads of round `plan.r` (the Instruction's scalars; the client rebuilds it from these)."""
+    return ConfigRecord({"server-round": plan.r + 1, "fedfrozen": json.dumps(cfg.to_dict()),
+                         "frozen": ",".join(plan.frozen), "lr": plan.lr, "value-l2": float(plan.value_l2),
+                         "proximal-mu": float(plan.anchor_coeff), "sampled": [int(i) for i in plan.sampled],
+                         "fail": fail, "client-state-dir": client_state_dir})
+
+
+def wait_for_nodes(grid: Grid, n: int, timeout: float = 300.0) -> list[int]:
+    """The federation's node ids, once `n` nodes (one per client) are connected; a clear error after `timeout` s."""
+    deadline = time.time() + timeout
+    while len(nodes := list(grid.get_node_ids())) < n:
+        if time.time() > deadline:
+            raise RuntimeError(f"{len(nodes)} nodes connected after {timeout:.0f} s; the config has n_clients={n} "
+                               f"(one node per client: num-supernodes / --node-config)")
+        time.sleep(0.5)
+    return sorted(nodes)
+
+
+def frozen_names(model, frozen) -> set:
+    """The parameter names of the frozen groups."""
+    return {n for g in frozen for n in qkv.param_groups(model)[g]}
+
+
+def train_messages(nodes, state: dict, conf: ConfigRecord, frozen: set, to_client: dict, node_partition: dict,
+                   received_frozen: set) -> tuple[list, int]:
+    """One message per node, and the bytes their arrays weigh. What goes down, as the loop counts it: the trainable
+    arrays of `state` to every sampled client, the frozen block once per node after a stage switch (the node keeps
+    it in its Context.state; `received_frozen` is updated), nothing to a node whose partition is known and not
+    sampled; `to_client` (partition id -> the method's tensors) to each sampled node, or every sampled client's
+    ("<cid>/<name>") to a node whose partition is not known yet."""
+    trainable = ArrayRecord(torch_state_dict={k: v for k, v in state.items() if k not in frozen})
+    full = ArrayRecord(torch_state_dict=state)
+    messages, wire = [], 0
+    for node in nodes:
+        part = node_partition.get(node)
+        if part is not None and part not in to_client:
+            messages.append(Message(content=RecordDict({"config": conf}), message_type=MessageType.TRAIN,
+                                    dst_node_id=node))
+            continue
+        record = RecordDict({"arrays": trainable if frozen and node in received_frozen else full, "config": conf})
+        if frozen:
+            received_frozen.add(node)
+        tensors = (to_client[part] if part is not None else
+                   {f"{cid}/{k}": v for cid, t in to_client.items() for k, v in t.items()})
+        if tensors:
+            record["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in tensors.items()})
+        wire += sum(rec.count_bytes() for key, rec in record.items() if key != "config")
+        messages.append(Message(content=record, message_type=MessageType.TRAIN, dst_node_id=node))
+    return messages, wire
+
+
+@dataclass(frozen=True)
+class Returned:
+    """A node's reply record: the client's update by parameter name, what it counted, what its method sent up."""
+
+    update: dict
+    examples: int
+    loss: float
+    steps: int
+    extras: dict      # Method.to_server
+    wire_bytes: int   # what the update and the extras weighed
+
+
+def parse_replies(r: int, replies, node_partition: dict) -> tuple[dict, list]:
+    """{partition id: Returned} of the replies that trained, and the failures (node, partition, the client's
+    reason); learns each node's partition id into `node_partition`."""
+    failures, results = [], {}
+    for msg in replies:
+        node = msg.metadata.src_node_id
+        if msg.has_error():
+            failures.append({"round": r, "node": int(node), "partition": node_partition.get(node),
+                             "error": _reason(str(msg.error.reason))})
+            continue
+        m = msg.content["metrics"]
+        cid = int(m["partition-id"])
+        node_partition[node] = cid
+        if int(m["num-examples"]) > 0:
+            update = msg.content["update"]
+            extras = msg.content["method"].to_torch_state_dict() if "method" in msg.content else {}
+            results[cid] = Returned(update.to_torch_state_dict(), int(m["num-examples"]), float(m["train-loss"]),
+                                    int(m["steps"]), extras,
+                                    update.count_bytes() + (msg_bytes(extras) if extras else 0))
+    return results, failures
+
+
+def flat_update(flat, state: dict, out: torch.Tensor) -> torch.Tensor:
+    """A client's update (as its Method.upload left it), by parameter name, as one flat vector in `out` (zero where
+    it sent nothing)."""
+    out.zero_()
+    for name, t in state.items():
+        a, b = flat.param_range[name]
+        out[a:b] = t.reshape(-1)
+    return out
 
 
 def _reason(text: str) -> str:

@@ -161,6 +161,7 @@ class Method:
                                     ("freeze_schedule", schedule, FREEZE_SCHEDULES)):
             if value not in table:
                 raise ValueError(f"{field} must be one of {', '.join(table)}; got {value!r}")
+        self.value_l2, self.value_l2_warmup = cfg.value_l2, cfg.value_l2_warmup  # C3's penalty (ValuePenaltySettings)
         self.local = LOCAL_OBJECTIVES[local](cfg)
         self.server = ServerOptimizer(server, cfg)
         self.schedule = FREEZE_SCHEDULES[schedule](cfg, tuple(frozen))
@@ -246,7 +247,7 @@ class Method:
     def value_penalty(self, r: int) -> float:
         """lambda of the value penalty this round: value_l2 once something is frozen (always with value_l2_warmup)."""
         frozen = bool(self.frozen_groups(r))
-        return self.cfg.value_l2 if (frozen or self.cfg.value_l2_warmup) else 0.0
+        return self.value_l2 if (frozen or self.value_l2_warmup) else 0.0
 
     def anchor_coeff(self) -> float:
         return self.local.anchor_coeff()
