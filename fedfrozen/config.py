@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass
 
 from . import methods
-from .data import DATASETS
+from .data import names as dataset_names
 from .methods.settings import annotation_type, check_value, setting
 from .partition import PARTITIONS
 from .qkv import GROUPS
@@ -65,7 +65,8 @@ class Config:
     """
 
     # --- data and clients ---
-    dataset: str = setting("digits", "digits | cifar10 | cifar100 | svhn | fashion_mnist", choices=DATASETS)
+    dataset: str = setting("digits", "digits | cifar10 | cifar100 | svhn | fashion_mnist | a name given to "
+                           "ff.data.register", choices=dataset_names)
     data_root: str = setting("data", "where torchvision datasets live")
     download: bool = setting(False, "fetch a missing torchvision dataset")
     partition: str = setting("dirichlet", "iid | dirichlet | shards | quantity", choices=PARTITIONS)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Split", "load", "from_tensors", "write_fake_cifar", "write_idx", "read_idx", "DATASETS",
+__all__ = ["Split", "load", "from_tensors", "register", "unregister", "names", "version", "write_fake_cifar",
+           "write_idx", "read_idx", "DATASETS",
            "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations", "subset", "subset_indices",
            "SUBSET_SEED"]
 
@@ -317,6 +318,93 @@ def _read_fashion_mnist(files) -> tuple[Split, Split]:
 
 
 DATASETS = ("digits", "cifar10", "cifar100", "svhn", "fashion_mnist")
+_REGISTERED: dict = {}  # name -> (loader, version): a user's own datasets (register)
+_LOADED: dict = {}      # (name, version) -> (train, test), each registered dataset read once per process
+
+
+def register(name: str, loader, *, version, replace: bool = False) -> None:
+    """Make a user's own data a dataset: `Config(dataset=name)` then partitions, trains, caches and keys it like the
+    built-ins (docs/extending.md).
+
+    `loader()` (no arguments) returns `(train, test)`, each a `Split` (`from_tensors`) or an `(x, y)` pair: images
+    (N, C, H, W) as floats, normalised as the model should see them, and integer labels 0..K-1 (K from the train
+    split's `classes`, else its largest label + 1). It is called once per process, when a run first needs it, and
+    checked then (shapes, labels, both splits alike) before any training. `version` (a string or an int) enters the
+    cache key of every run on the dataset: change it whenever the loader's output changes, so that no stale run is
+    served. `fedfrozen.run_many` hands the loaded splits to its worker processes; a Flower node is another process,
+    where the dataset is not registered (the Flower apps refuse it by name)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"register: name must be a Python identifier (a Config.dataset value); got {name!r}")
+    if name in DATASETS:
+        raise ValueError(f"register: {name!r} is a built-in dataset; choose another name")
+    if name in _REGISTERED and not replace:
+        raise ValueError(f"register: dataset {name!r} is registered already (replace=True to change it)")
+    if not callable(loader):
+        raise TypeError(f"register: loader must be a function returning (train, test); got {type(loader).__name__}")
+    if isinstance(version, bool) or not isinstance(version, (str, int)) or str(version) == "":
+        raise ValueError(f"register: version must be a non-empty string or an int (it enters the cache key); "
+                         f"got {version!r}")
+    _REGISTERED[name] = (loader, str(version))
+
+
+def unregister(name: str) -> None:
+    """Forget a registered dataset (a built-in cannot be)."""
+    if name not in _REGISTERED:
+        raise ValueError(f"unregister: no registered dataset {name!r}; registered: {', '.join(_REGISTERED) or 'none'}")
+    _REGISTERED.pop(name)
+
+
+def names() -> tuple:
+    """Every dataset name a Config accepts: the built-ins, then the registered ones."""
+    return DATASETS + tuple(_REGISTERED)
+
+
+def version(name: str) -> str | None:
+    """The version a registered dataset was given (None for a built-in)."""
+    return _REGISTERED[name][1] if name in _REGISTERED else None
+
+
+def _load_registered(name: str) -> tuple[Split, Split]:
+    loader, v = _REGISTERED[name]
+    if (name, v) not in _LOADED:
+        _LOADED[name, v] = _checked(name, loader())
+    return _LOADED[name, v]
+
+
+def _checked(name: str, out) -> tuple[Split, Split]:
+    """The loader's (train, test) as Splits, or a ValueError naming what is wrong."""
+    where = f"dataset {name!r} (ff.data.register)"
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ValueError(f"{where}: the loader must return (train, test); got {type(out).__name__}")
+    splits = []
+    for part, got in zip(("train", "test"), out):
+        if not isinstance(got, Split):
+            if not isinstance(got, (tuple, list)) or len(got) != 2:
+                raise ValueError(f"{where}: {part} must be a Split or an (x, y) pair; got {type(got).__name__}")
+            try:
+                got = from_tensors(*got, name=name, classes=splits[0].classes if splits else None)
+            except (ValueError, TypeError, RuntimeError) as e:
+                raise ValueError(f"{where}: {part}: {e}") from None
+        splits.append(got)
+    train, test = splits
+    for part, split in (("train", train), ("test", test)):
+        if len(split) == 0:
+            raise ValueError(f"{where}: the {part} split is empty")
+        if split.x.ndim != 4 or not split.x.is_floating_point():
+            raise ValueError(f"{where}: {part} images must be floats of shape (N, C, H, W); got {split.x.dtype} "
+                             f"{tuple(split.x.shape)}")
+        if split.y.dtype != torch.long or split.y.ndim != 1 or len(split.y) != len(split.x):
+            raise ValueError(f"{where}: {part} labels must be N int64 class indices")
+        low, high = int(split.y.min()), int(split.y.max())
+        if low < 0 or high >= len(train.classes):
+            raise ValueError(f"{where}: {part} labels run from {low} to {high}; they must lie in "
+                             f"0..{len(train.classes) - 1} (the train split's {len(train.classes)} classes)")
+    if tuple(train.x.shape[1:]) != tuple(test.x.shape[1:]):
+        raise ValueError(f"{where}: train images are {tuple(train.x.shape[1:])} but test images "
+                         f"{tuple(test.x.shape[1:])}")
+    if len(train.classes) < 2:
+        raise ValueError(f"{where}: one class only; a classifier needs two or more")
+    return Split(train.x, train.y, list(train.classes), name), Split(test.x, test.y, list(train.classes), name)
 
 
 def load(name: str, root: str = "data", download: bool = False) -> tuple[Split, Split]:
@@ -326,10 +414,12 @@ def load(name: str, root: str = "data", download: bool = False) -> tuple[Split, 
     format and fetched only with `download=True`. `fashion_mnist` is looked for, in order, in
     `root`/FashionMNIST/raw (plain or .gz IDX files), at FASHION_MNIST_SYSTEM_DIR (Debian's
     package), then downloaded if `download=True`; the loaded tensors are kept while the files are
-    unchanged (treat them as read-only).
+    unchanged (treat them as read-only). A name given to `register` is its loader's output, read once.
     """
+    if name in _REGISTERED:
+        return _load_registered(name)
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}")
+        raise ValueError(f"unknown dataset {name!r}; available: {', '.join(names())} (or ff.data.register your own)")
     if name == "digits":
         return _load_digits()
     if name == "fashion_mnist":

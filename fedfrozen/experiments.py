@@ -53,10 +53,11 @@ def config_key(cfg) -> str:
     keeps the old behaviour) does not invalidate the cache; a method's settings (method_args) enter
     by their flat names (`fedsteer_core`), as when they were Config fields. A method whose results a fix changed
     (Method.results_revision > 0) adds its revision, so its old Histories are not served; the keys
-    of every other method stay as they were.
+    of every other method stay as they were. A dataset given to ff.data.register adds its version.
     """
     from . import __version__
     from .config import Config, identity
+    from .data import version as data_version
     from .methods import flat_names, results_revision, settings_class
 
     defaults = _defaults(Config)
@@ -71,6 +72,8 @@ def config_key(cfg) -> str:
     revision = results_revision(cfg.method)
     if revision:
         content["revision"] = revision
+    if data_version(cfg.dataset) is not None:  # a registered dataset: its loader's version (ff.data.register)
+        content["dataset_version"] = data_version(cfg.dataset)
     payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -305,17 +308,32 @@ def _dry_run(cfg, dry: dict, root, experiment: str):
     return hist
 
 
-def _ray_task(cfg, root, experiment, checkpoint_seconds) -> dict:
+def _ray_task(cfg, root, experiment, checkpoint_seconds, datasets=None) -> dict:
     """Worker (a pool process or a Ray task): one cached run on one thread (module level so that spawned processes
-    and Ray workers import it), its History as a dict (a Ray driver stores it where the worker's root is not its)."""
+    and Ray workers import it), its History as a dict (a Ray driver stores it where the worker's root is not its).
+    `datasets`: the registered datasets the run needs, {name: (version, train, test)} (`_shipped`)."""
     import torch
 
+    from . import data
+
+    for name, (version, train, test) in (datasets or {}).items():  # a worker process starts with none registered
+        data.register(name, lambda train=train, test=test: (train, test), version=version, replace=True)
     torch.set_num_threads(1)
     return run_or_load(cfg, root=root, experiment=experiment, progress=False,
                        checkpoint_seconds=checkpoint_seconds).to_dict()
 
 
 BACKENDS = ("local", "ray")
+
+
+def _shipped(cfg) -> dict | None:
+    """What a worker needs to know of a registered dataset of `cfg`: its version and loaded splits (a loader defined
+    in a notebook cannot be sent to another process; its output can). None for a built-in."""
+    from . import data
+
+    if data.version(cfg.dataset) is None:
+        return None
+    return {cfg.dataset: (data.version(cfg.dataset), *data.load(cfg.dataset))}
 
 
 def _work(cfg) -> float:
@@ -367,7 +385,7 @@ def run_many(cfgs, root=None, experiment: str = "default", workers: int | None =
 
         from .progress import progress_bar
 
-        jobs = [(cfg, root, experiment, checkpoint_seconds) for cfg in missing.values()]
+        jobs = [(cfg, root, experiment, checkpoint_seconds, _shipped(cfg)) for cfg in missing.values()]
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
             futures = [pool.submit(_ray_task, *job) for job in jobs]
             for f in progress_bar(as_completed(futures), progress, total=len(futures), desc=f"{experiment}: runs",
@@ -394,7 +412,7 @@ def _run_on_ray(cfgs: list, root: str, experiment: str, workers: int, progress: 
         if not shared and _load_cached(folder, cfgs[i]) is None:
             _store(folder, cfgs[i], History.from_dict(hist))
 
-    failed = cluster.run_tasks(_ray_task, [(cfg, root, experiment, checkpoint_seconds) for cfg in cfgs],
+    failed = cluster.run_tasks(_ray_task, [(cfg, root, experiment, checkpoint_seconds, _shipped(cfg)) for cfg in cfgs],
                                address=os.environ.get(cluster.ADDRESS_ENV) or None, num_cpus=workers, root=root,
                                gpus=[per_gpu if cfg.device in ("cuda", "auto") else 0.0 for cfg in cfgs],
                                progress=progress, desc=f"{experiment}: runs", on_result=keep)
