@@ -202,7 +202,7 @@ class Config:
         are allowed, and said once, when the run starts)."""
         said = []
         schedule = self.freeze_schedule or methods.composition(self.method).get("schedule")
-        if schedule == "warmup" and self.warmup_rounds >= self.rounds:
+        if schedule == "warmup" and methods.freeze_round(self) is None:
             said.append(f"warmup_rounds ({self.warmup_rounds}) >= rounds ({self.rounds}): nothing is ever frozen, "
                         f"so method {self.method!r} runs as its unfrozen counterpart")
         return said

@@ -267,8 +267,10 @@ def _run_or_load_locked(cfg, folder: Path, force: bool, progress: bool, checkpoi
 def _shortened(cfg, dry: dict):
     """`cfg` cut to dry["rounds"] rounds, both stages kept when it has two (the tiny model, if asked for,
     comes from fedfrozen.models.create, so that a notebook's own models are tiny too)."""
+    from .methods import freeze_round
+
     rounds = dry["rounds"]
-    two_stage = cfg.warmup_rounds < cfg.rounds
+    two_stage = freeze_round(cfg) is not None
     changes = dict(rounds=rounds, warmup_rounds=min(cfg.warmup_rounds, 1) if two_stage else rounds, eval_every=1,
                    lr_warmup_rounds=0, server_pretrain_epochs=min(cfg.server_pretrain_epochs, 1),
                    eval_window=min(cfg.eval_window, rounds), pretrain_epochs=min(cfg.pretrain_epochs, 1))

@@ -13,7 +13,7 @@ Update rules and sources: docs/methods.md.
 
 from .base import LOCAL_OBJECTIVES, Method
 from .fedopt import DEFAULT_SERVER_LR, SERVER_STEPS, ServerOptimizer
-from .freezing import FREEZE_SCHEDULES, FreezeSchedule
+from .freezing import FREEZE_SCHEDULES, FreezeSchedule, freeze_round
 from .objective import LocalObjective
 from .registry import (
                        build,
@@ -33,8 +33,8 @@ from .settings import Settings, check_components, component, component_settings,
 
 SERVER_OPTIMIZERS = tuple(SERVER_STEPS)
 
-__all__ = ["Method", "LocalObjective", "FreezeSchedule", "ServerOptimizer", "register", "unregister", "names",
-           "describe", "build", "composition", "results_revision", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS",
+__all__ = ["freeze_round", "Method", "LocalObjective", "FreezeSchedule", "ServerOptimizer", "register", "unregister",
+           "names", "describe", "build", "composition", "results_revision", "LOCAL_OBJECTIVES", "SERVER_OPTIMIZERS",
            "SERVER_STEPS",
            "FREEZE_SCHEDULES", "DEFAULT_SERVER_LR", "SCAFFOLD_VARIANTS", "scaffold_variant",
            "Settings", "setting", "settings_class", "flat_names", "flat_settings", "methods_with", "component",

@@ -33,8 +33,8 @@ import torch
 
 from .settings import Settings, component, setting
 
-__all__ = ["FreezeSchedule", "FreezeSettings", "AtWarmup", "FromStart", "KernelPlateau", "DriftRatio", "Progressive",
-           "FREEZE_SCHEDULES"]
+__all__ = ["freeze_round", "FreezeSchedule", "FreezeSettings", "AtWarmup", "FromStart", "KernelPlateau", "DriftRatio",
+           "Progressive", "FREEZE_SCHEDULES"]
 
 
 @component
@@ -83,12 +83,18 @@ class FreezeSchedule:
         """Restore what state_dict returned."""
 
 
+def freeze_round(cfg) -> int | None:
+    """T0, the round FedFrozen's stage 2 starts at: cfg.warmup_rounds, or None when it is not a round of the run
+    (T0 >= rounds: never frozen). The one place that says what T0 means."""
+    return cfg.warmup_rounds if cfg.warmup_rounds < cfg.rounds else None
+
+
 class AtWarmup(FreezeSchedule):
     name = "warmup"
 
     def __init__(self, cfg, groups: tuple):
         super().__init__(cfg, groups)
-        self.freeze_at = cfg.warmup_rounds if cfg.warmup_rounds < cfg.rounds else None
+        self.freeze_at = freeze_round(cfg)
 
 
 class FromStart(FreezeSchedule):
