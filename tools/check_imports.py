@@ -32,6 +32,7 @@ LAYERS = [
     ("cluster", ["cluster"]),
     ("experiments", ["experiments", "profiles"]),
     ("flower apps", ["flower"]),
+    ("the paired rule", ["verdicts"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
     ("regime map", ["regime", "controls"]),
     ("verification", ["verification"]),
