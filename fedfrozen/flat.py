@@ -2,10 +2,11 @@
 
 Every parameter becomes a view into `FlatParams.data` (and its `.grad` a view into
 `FlatParams.grad`), laid out group by group (qk, v, attn_out, ...), so each parameter group is
-one contiguous slice. The federated loop then loads global weights with one `copy_`, forms a
+one contiguous slice. The federated round then loads global weights with one `copy_`, forms a
 client update with one subtraction, adds per-step corrections (proximal, SCAFFOLD, value L2)
-with one or two vector ops, and reports per-group norms by slicing. The optimiser still sees
-the ordinary parameters: it updates the views, hence the buffer.
+with one or two vector ops, and reports per-group norms by slicing. The local optimiser
+(`FlatOptimizer`, an `UpdateRule`: AdamW or SGD) steps the buffer itself, slice by slice, and
+the model sees the result through its parameters, which are views into the buffer.
 """
 
 from __future__ import annotations

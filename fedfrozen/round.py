@@ -6,7 +6,7 @@ training loss and steps). The server's side is `Round`; the clients' side in thi
 (either engine), whose `replies` turns instructions into replies. The Flower ClientApp wraps the same
 `LocalTraining.replies` for its one client, and the Flower strategy drives the same `Round`:
 
-    s, method, rnd, hist, first = loop.start_up(cfg, method)   # the same start for both (fresh or resumed)
+    s, rnd, hist, first = loop.start_up(cfg, method)          # the same start for both (fresh or resumed)
     clients.configure(rnd.mask)                                # the clients' side of the stage (loop only)
     plan = rnd.open(r)                                         # stage switch, lr, value penalty, sampling
     if plan.switched: clients.configure(plan.mask)             # what trains, fresh local optimiser

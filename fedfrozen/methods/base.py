@@ -1,11 +1,13 @@
 """`Method`: the hooks a round calls (fedfrozen.round, in the loop and on Flower), FedAvg's behaviour by default.
 
-A method is one object. The loop (fedfrozen.loop.run) owns the resident model, the flat
-buffers and the order of events; at each point where methods differ it calls a hook:
+A method is one object. The round (fedfrozen.round: `Round` on the server's side, `LocalTraining` on the
+clients', driven by fedfrozen.loop.run and by the Flower apps alike) owns the resident model, the flat buffers and
+the order of events; at each point where methods differ it calls a hook:
 
     (self.settings: the method's own settings, Config.method_args, checked when the Method is built)
     setup(setup)                                  once, before round 0 (or a resume)
-    per round r, in this order (tests/test_methods.py records it under both engines):
+    per round r, in this order (tests/test_methods.py records it under both engines, tests/test_hook_order.py
+    under the loop and under Flower for every registered method):
       frozen_groups(r)                            groups no client trains this round (stage switch when it changes)
       on_stage_switch(frozen)                     when frozen_groups changed: drop state of the old stage
       value_penalty(r)                            lambda of the value penalty this round
