@@ -97,7 +97,8 @@ README_ROWS = [
     ("C1", "pretrained + constant, Dir 0.1", [
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained", "accuracy"),
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained: oscillation", "oscillation")]),
-    ("C1", "five local epochs, Dir 0.1", [("FedFrozen − FedAvg, dirichlet:0.1, local5", "scratch"),
+    ("C1", "five local epochs, Dir 0.1", [("FedFrozen T0 25% − FedAvg, local5, Dir 0.1", "scratch, 15 seeds"),
+                                          ("FedFrozen − FedAvg, dirichlet:0.1, local5", "scratch, 5 seeds"),
                                           ("FedFrozen − FedAvg, dirichlet:0.1, local5_pretrained", "pretrained")]),
     ("C1 against the baselines", "base, Dir 0.1, AdamW", [
         ("FedFrozen − FedProx (AdamW), dirichlet:0.1", "− FedProx"),
