@@ -20,7 +20,8 @@ from torch import nn
 
 from .qkv import GROUPS, param_groups
 
-__all__ = ["FlatParams", "UpdateRule", "FlatOptimizer", "merged_slices", "mask_slices", "adamw_step", "sgd_step"]
+__all__ = ["FlatParams", "UpdateRule", "FlatOptimizer", "merged_slices", "mask_slices", "adamw_step", "sgd_step",
+           "adam_moments", "adam_denominator"]
 
 
 class FlatParams:
@@ -249,14 +250,23 @@ def adamw_step(p, g, m, v, t: int, lr: float, wd: float, betas, eps: float, deca
     """One AdamW step in place (torch.optim.AdamW's rule) on tensors of any shape, e.g. one client's
     slice or the stacked (clients, entries) weights of the batched engine. `decay`: None, or a
     per-entry factor replacing 1 - lr*wd (FlatOptimizer's masked weight decay)."""
-    b1, b2 = betas
-    bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
     if wd:
         p.mul_(1 - lr * wd if decay is None else decay)
+    adam_moments(m, v, g, betas)
+    p.addcdiv_(m, adam_denominator(v, t, betas, eps), value=-lr / (1 - betas[0] ** t))
+
+
+def adam_moments(m, v, g, betas) -> None:
+    """Adam's moment estimates, in place: m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2. The one Adam core:
+    AdamW (adamw_step), FedLADA's coupled Adam and FedACT's trust-scaled step (fedfrozen.methods.fedlada) use it."""
+    b1, b2 = betas
     m.lerp_(g, 1 - b1)
     v.mul_(b2).addcmul_(g, g, value=1 - b2)
-    denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
-    p.addcdiv_(m, denom, value=-lr / bc1)
+
+
+def adam_denominator(v, t: int, betas, eps: float):
+    """Adam's bias-corrected denominator at step t, a new tensor: sqrt(v) / sqrt(1 - b2^t) + eps."""
+    return (v.sqrt() / math.sqrt(1 - betas[1] ** t)).add_(eps)
 
 
 def sgd_step(p, g, m, t: int, lr: float, wd: float, momentum: float, mask=None) -> None:

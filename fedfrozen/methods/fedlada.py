@@ -25,6 +25,7 @@ from typing import ClassVar
 
 import torch
 
+from ..flat import adam_denominator, adam_moments
 from .base import Method
 from .fedadamw import FedAdamW, FedAdamWSettings
 from .settings import setting
@@ -59,13 +60,11 @@ class FedLADA(FedAdamW):
 @torch.no_grad()
 def _adam_coupled(opt, lr: float) -> None:
     """Adam with coupled weight decay (torch.optim.Adam's rule): g <- g + wd x, masked by opt.mask."""
-    b1, b2 = opt.rule.betas
-    bc1, bc2 = 1 - b1 ** opt.t, 1 - b2 ** opt.t
+    betas, bc1 = opt.rule.betas, 1 - opt.rule.betas[0] ** opt.t
     for (p, g, m, v), s in zip(opt.views(), opt.slices):
         g = g.add(p, alpha=LADA_COUPLED_WD) if opt.mask is None else g.addcmul(p, opt.mask[s], value=LADA_COUPLED_WD)
-        m.lerp_(g, 1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        p.addcdiv_(m, (v.sqrt() / bc2 ** 0.5).add_(opt.rule.eps), value=-lr / bc1)
+        adam_moments(m, v, g, betas)
+        p.addcdiv_(m, adam_denominator(v, opt.t, betas, opt.rule.eps), value=-lr / bc1)
 
 
 @dataclass(frozen=True)
@@ -91,15 +90,13 @@ class FedACT(FedAdamW):
 
 @torch.no_grad()
 def _act_step(opt, lr: float, delta_bar: torch.Tensor, K: int, alpha: float, tau_min: float) -> None:
-    b1, b2 = opt.rule.betas
-    bc1, bc2 = 1 - b1 ** opt.t, 1 - b2 ** opt.t
+    betas, bc1 = opt.rule.betas, 1 - opt.rule.betas[0] ** opt.t
     parts = []
     for (p, g, m, v), s in zip(opt.views(), opt.slices):
-        m.lerp_(g, 1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        adam_moments(m, v, g, betas)
         m_hat = m / bc1
         dG = delta_bar[s] * (-1.0 / (K * lr)) if lr > 0 else torch.zeros_like(m)
-        d = m_hat / (v.sqrt() / bc2 ** 0.5 + opt.rule.eps) + alpha * dG
+        d = m_hat / adam_denominator(v, opt.t, betas, opt.rule.eps) + alpha * dG
         ratio = dG.abs() / (m_hat.abs() + opt.rule.eps)
         agree = torch.sign(m_hat) * torch.sign(dG) * torch.minimum(torch.ones_like(dG), ratio)
         tau = (0.5 * (1 + agree)).clamp_(tau_min, 1.0)
