@@ -332,7 +332,7 @@ def register(name: str, loader, *, version, replace: bool = False) -> None:
     checked then (shapes, labels, both splits alike) before any training. `version` (a string or an int) enters the
     cache key of every run on the dataset: change it whenever the loader's output changes, so that no stale run is
     served. `fedfrozen.run_many` hands the loaded splits to its worker processes; a Flower node is another process,
-    where the dataset is not registered (the Flower apps refuse it by name)."""
+    where the dataset is not registered (`fedfrozen.flower.check_supported` refuses it by name)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"register: name must be a Python identifier (a Config.dataset value); got {name!r}")
     if name in DATASETS:

@@ -121,3 +121,12 @@ def test_too_few_images_for_the_federation_is_refused_before_any_training(regist
     with pytest.raises(ValueError, match="n_clients \\(100\\) exceeds the .* training samples left for clients"):
         ff.run(tiny_config(dataset="small", n_clients=100), progress=False)
     assert trained == []
+
+
+def test_the_flower_apps_refuse_a_registered_dataset_before_any_node_starts(registered):
+    """Flower's nodes are other processes, where a dataset registered here does not exist: refused by name."""
+    fl = pytest.importorskip("fedfrozen.flower")
+    registered("mine_only", digits_as_user_data, version=1)
+    with pytest.raises(ValueError, match="dataset 'mine_only' is registered in this process only"):
+        fl.check_supported(tiny_config(dataset="mine_only"))
+    fl.check_supported(tiny_config())  # a built-in is fine

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 
 from ..config import Config, field_type, settings
+from ..data import version
 from ..methods import build
 
 __all__ = ["config_from_run", "check_supported", "RUN_CONFIG_FIELDS", "simulate", "simulate_many"]
@@ -44,11 +45,14 @@ def _run_config_fields() -> dict:
 RUN_CONFIG_FIELDS = _run_config_fields()
 
 def check_supported(cfg: Config) -> None:
-    """A clear error for a method the Flower apps do not run (Method.cannot_run("flower")), before any node
-    is contacted."""
+    """A clear error for a method the Flower apps do not run (Method.cannot_run("flower")), or a dataset they cannot
+    load (one given to ff.data.register), before any node is contacted."""
     reason = build(cfg).cannot_run("flower")
     if reason:
         raise ValueError(f"method {cfg.method!r} is not supported on Flower: {reason}; run it with fedfrozen.run")
+    if version(cfg.dataset) is not None:
+        raise ValueError(f"dataset {cfg.dataset!r} is registered in this process only (ff.data.register); the Flower "
+                         f"nodes are other processes, which do not have it: run it with fedfrozen.run")
 
 
 def config_from_run(run_config: dict) -> Config:
