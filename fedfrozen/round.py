@@ -119,7 +119,8 @@ class ClientWork:
 
 
 def lr_at(cfg, r: int) -> float:
-    """The local lr of round r: a linear warm-up over lr_warmup_rounds, then constant or cosine decay."""
+    """The local lr of round r: a linear warm-up over lr_warmup_rounds, then constant or cosine decay. The one
+    schedule: every round's Instruction carries it, on both engines and on Flower."""
     w = cfg.lr_warmup_rounds
     if r < w:
         return cfg.lr * (r + 1) / (w + 1)

@@ -136,7 +136,8 @@ def _load_initial_weights(model, path: str) -> None:
 
 
 def pretrain_on_public(s: Setup) -> None:
-    """Server warm start: `server_pretrain_epochs` of centralised training on the public split."""
+    """Server warm start: `server_pretrain_epochs` of centralised training on the public split, at the base rate
+    `cfg.lr` (it precedes round 0, so no round's schedule applies; the rounds' rates are `fedfrozen.round.lr_at`'s)."""
     cfg = s.cfg
     opt = local.make_optimizer(cfg, s.flat)
     gen = torch.Generator().manual_seed(seed_for("server_pretrain", cfg.seed))
