@@ -352,6 +352,8 @@ def unregister(name: str) -> None:
     if name not in _REGISTERED:
         raise ValueError(f"unregister: no registered dataset {name!r}; registered: {', '.join(_REGISTERED) or 'none'}")
     _REGISTERED.pop(name)
+    for key in [k for k in _LOADED if k[0] == name]:  # its splits, read while it was registered
+        del _LOADED[key]
 
 
 def names() -> tuple:

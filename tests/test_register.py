@@ -51,6 +51,9 @@ def test_the_cache_key_holds_the_name_and_the_loader_version(registered, tmp_pat
     assert not ff.run_or_load(cfg, root=tmp_path, progress=False).cached  # no stale run served
     ff.data.register("blobs", digits_as_user_data, version="a", replace=True)
     assert ff.experiments.config_key(cfg) == key_a  # (the built-ins' keys: tests/test_verdicts.py, every committed run)
+    ff.data.unregister("blobs")
+    assert not any(name == "blobs" for name, _ in ff.data._LOADED)  # its splits are let go
+    ff.data.register("blobs", digits_as_user_data, version="a")
 
 
 def test_run_many_hands_the_loaded_splits_to_its_workers(registered, tmp_path):
