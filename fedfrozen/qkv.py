@@ -21,7 +21,7 @@ from torch import nn
 
 from .layouts import LAYOUTS, PROJECTION_NAMES, Layout, Refused, class_path, lookup
 
-__all__ = ["SplitQKV", "SplitMultiheadAttention", "split_qkv", "merge_qkv", "param_groups",
+__all__ = ["param_names", "SplitQKV", "SplitMultiheadAttention", "split_qkv", "merge_qkv", "param_groups",
            "group_sizes", "freeze", "unfreeze", "trainable_state", "load_trainable",
            "attention_kernels", "attention_modules", "GROUPS"]
 
@@ -454,6 +454,12 @@ def param_groups(model: nn.Module) -> dict[str, list[str]]:
                 break
         groups[group or _group_of(pname)].append(pname)
     return groups
+
+
+def param_names(model: nn.Module, groups) -> set[str]:
+    """The names of the parameters of `groups` (param_groups' names of each group, together)."""
+    by_group = param_groups(model)
+    return {n for g in groups for n in by_group[g]}
 
 
 def _check_groups(groups) -> None:

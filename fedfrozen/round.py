@@ -102,7 +102,6 @@ class Reply:
 class ClientWork:
     """One sampled client's local training in this process."""
 
-    cid: int
     ins: Instruction               # what the server sent it
     idx: torch.Tensor              # its training indices
     gen: torch.Generator           # its batch order this round
@@ -112,6 +111,10 @@ class ClientWork:
     correction: torch.Tensor | None = None
     loss_sum: torch.Tensor | None = None
     steps: int = 0
+
+    @property
+    def cid(self) -> int:
+        return self.ins.cid
 
     @property
     def loss(self) -> float:
@@ -262,7 +265,7 @@ class LocalTraining:
         seed = seed_for("local_batches", s.cfg.seed, r, cid)
         if not self.use_batched:  # (the batched engine refuses models with random layers)
             torch.manual_seed(seed)  # dropout / stochastic depth, if the model has any
-        c = ClientWork(cid, ins, s.client_train[cid], torch.Generator().manual_seed(seed), cmask, trains,
+        c = ClientWork(ins, s.client_train[cid], torch.Generator().manual_seed(seed), cmask, trains,
                        method.client_forward(r, cid), method.correction(cid))
         if self.use_batched and c.forward is not None:
             raise RuntimeError(f"method {method.name!r} gave a client_forward under the batched engine; "

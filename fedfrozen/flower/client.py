@@ -73,7 +73,7 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
                       value_mode=cfg.value_l2_mode, mask=None if mask is None else mask.to(flat.data.dtype))
     (reply,) = training.replies([ins])  # the loop's client: its hooks, local step, upload and after-hook
     delta = reply.update
-    keep = {name for g in trainable for name in qkv.param_groups(s.model)[g]}
+    keep = qkv.param_names(s.model, trainable)
     # the update as the method's upload left it (FedSLM truncates it), per trainable parameter: the server folds it
     # as it is (no re-subtraction of the global weights, so the same bits as the loop's)
     arrays = {name: delta[a:b].view(p.shape).clone() for name, p in s.model.named_parameters() if name in keep
@@ -99,7 +99,7 @@ def train(msg: Message, context: Context) -> Message:
     state = msg.content["arrays"].to_torch_state_dict() if "arrays" in msg.content else None
     if frozen and state is not None:  # the frozen block comes once per stage (also to a node not sampled in the
         # round it came: the server counts it delivered): keep it in the node's state, tagged with run and stage
-        names = {n for g in frozen for n in qkv.param_groups(_setup(cfg).model)[g]}
+        names = qkv.param_names(_setup(cfg).model, frozen)
         if names <= set(state):
             context.state[FROZEN_KEY] = ArrayRecord(torch_state_dict={n: state[n] for n in names})
             context.state[FROZEN_STAGE_KEY] = ConfigRecord({"stage": _stage(cfg, frozen)})

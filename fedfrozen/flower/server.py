@@ -23,7 +23,6 @@ __all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server", "round_c
            "train_messages", "parse_replies", "flat_update", "Returned"]
 
 
-
 class FedFrozenStrategy(FedAvg):
     """Flower's FedAvg driving fedfrozen's round (fedfrozen.round.Round, as fedfrozen.loop does): a thin adapter that
     turns the round's instructions into Flower records (`train_messages`) and the nodes' records into Replies
@@ -65,7 +64,7 @@ class FedFrozenStrategy(FedAvg):
         to_client = {cid: self.method.to_client(r, cid) for cid in plan.sampled}
         messages, self.bytes_down_wire = train_messages(
             wait_for_nodes(grid, self.cfg.n_clients), arrays.to_torch_state_dict(), conf,
-            frozen_names(self.s.model, plan.frozen), to_client, self.node_partition, self.received_frozen)
+            qkv.param_names(self.s.model, plan.frozen), to_client, self.node_partition, self.received_frozen)
         return messages
 
     def aggregate_train(self, server_round: int, replies):
@@ -107,11 +106,6 @@ def wait_for_nodes(grid: Grid, n: int, timeout: float = 300.0) -> list[int]:
                                f"(one node per client: num-supernodes / --node-config)")
         time.sleep(0.5)
     return sorted(nodes)
-
-
-def frozen_names(model, frozen) -> set:
-    """The parameter names of the frozen groups."""
-    return {n for g in frozen for n in qkv.param_groups(model)[g]}
 
 
 def train_messages(nodes, state: dict, conf: ConfigRecord, frozen: set, to_client: dict, node_partition: dict,
