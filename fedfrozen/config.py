@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from . import methods
 from .data import names as dataset_names
 from .methods.settings import annotation_type, check_value, setting
-from .partition import PARTITIONS
+from .partition import MIN_SIZE_RULES, PARTITIONS
 from .qkv import GROUPS
 
 __all__ = ["Config", "field_type", "settings", "stored_form", "identity", "WHERE_FIELDS", "FREE_TEXT"]
@@ -74,6 +74,10 @@ class Config:
     classes_per_client: int = setting(2, 'classes per client for partition="shards"', lo=1)
     min_client_samples: int = setting(2, "dirichlet | quantity: the fewest images a client may be dealt (the draw "
                                       "is repeated until every client has them)", lo=1)
+    min_samples_by: str = setting("redraw", "dirichlet: how every client gets min_client_samples: redraw (repeat "
+                                  "the whole draw) | deal (deal them at random first, then one draw; for "
+                                  "federations no draw can fill, e.g. 1,000 clients at alpha 0.1)",
+                                  choices=MIN_SIZE_RULES)
     n_clients: int = setting(10, "number of clients N", lo=1)
     clients_per_round: int | None = setting(None, "|S| sampled per round (None: all clients)", lo=1)
     participation: str = setting("uniform", "full | uniform (clients_per_round drawn each round) | skewed "

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["iid", "dirichlet", "shards", "quantity_skew", "label_counts", "summary", "parse_spec", "make", "PARTITIONS"]
+__all__ = ["iid", "dirichlet", "shards", "quantity_skew", "label_counts", "summary", "parse_spec", "make", "PARTITIONS",
+           "MIN_SIZE_RULES"]
 
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
+# how a Dirichlet draw gives every client its `min_size` samples: "redraw" repeats the whole draw until it does
+# (NIID-Bench's way: bounded, then an error); "deal" deals every client `min_size` samples drawn at random first and
+# the Dirichlet draw deals the rest, once (for federations where no draw would do, e.g. 1,000 clients at alpha 0.1)
+MIN_SIZE_RULES = ("redraw", "deal")
 
 
 # --- validation -------------------------------------------------------------------------
@@ -69,27 +74,38 @@ def iid(n_samples: int, n_clients: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def dirichlet(labels, n_clients: int, alpha: float, seed: int = 0, min_size: int = 2,
-              max_redraws: int = 1000) -> list[np.ndarray]:
+              max_redraws: int = 1000, min_size_by: str = "redraw") -> list[np.ndarray]:
     """Label-Dirichlet skew (the NIID-Bench scheme, Li et al. 2022).
 
     For every class, proportions over clients are drawn from Dir(alpha) and the class's
     samples are dealt out accordingly; clients already holding more than an equal share get
     no more (NIID-Bench's balancing). The whole draw is repeated until every client has at
     least `min_size` samples, at most `max_redraws` times; then a ValueError says what to
-    change, instead of looping for ever at small alpha with many clients.
+    change, instead of looping for ever at small alpha with many clients. With `min_size_by="deal"`
+    every client is first dealt `min_size` samples drawn uniformly at random (whatever their class),
+    and one draw deals the rest (MIN_SIZE_RULES).
     """
     labels = _check_labels(labels)
     n = labels.size
     n_clients = _check_clients(n_clients, n)
     alpha = _check_positive(alpha, "alpha")
     _check_min_size(min_size, n_clients, n)
+    if min_size_by not in MIN_SIZE_RULES:
+        raise ValueError(f"min_size_by must be one of {', '.join(MIN_SIZE_RULES)}; got {min_size_by!r}")
     rng = np.random.default_rng(seed)
-    by_class = [np.flatnonzero(labels == c) for c in range(int(labels.max()) + 1)]
+    owner0 = np.full(n, -1, dtype=np.int64)
+    sizes0 = np.zeros(n_clients, dtype=np.int64)
+    if min_size_by == "deal":  # min_size samples each, at random, before the draw; then one draw deals the rest
+        dealt = rng.permutation(n)[:min_size * n_clients]
+        owner0[dealt] = np.repeat(np.arange(n_clients), min_size)
+        sizes0 += min_size
+        max_redraws = 1
+    by_class = [np.flatnonzero((labels == c) & (owner0 < 0)) for c in range(int(labels.max()) + 1)]
     by_class = [idx for idx in by_class if idx.size]
     fair_share = n / n_clients
     for _ in range(max_redraws):
-        owner = np.empty(n, dtype=np.int64)
-        sizes = np.zeros(n_clients, dtype=np.int64)
+        owner = owner0.copy()
+        sizes = sizes0.copy()
         for idx in by_class:
             idx = rng.permutation(idx)
             p = rng.dirichlet(np.full(n_clients, alpha))
@@ -208,13 +224,16 @@ def parse_spec(spec: str) -> dict:
 
 
 def make(name: str, labels, n_clients: int, seed: int = 0, *, alpha: float = 0.5,
-         classes_per_client: int = 2, min_size: int = 2) -> list[np.ndarray]:
-    """Dispatch by name (`iid|dirichlet|shards|quantity`); `alpha` is beta for quantity skew."""
+         classes_per_client: int = 2, min_size: int = 2, min_size_by: str = "redraw") -> list[np.ndarray]:
+    """Dispatch by name (`iid|dirichlet|shards|quantity`); `alpha` is beta for quantity skew; `min_size_by`
+    (MIN_SIZE_RULES) is for dirichlet only."""
     labels = _check_labels(labels)
+    if min_size_by != "redraw" and name != "dirichlet":
+        raise ValueError(f"min_size_by={min_size_by!r} is a rule of partition 'dirichlet'; got partition {name!r}")
     if name == "iid":
         return iid(labels.size, n_clients, seed)
     if name == "dirichlet":
-        return dirichlet(labels, n_clients, alpha, seed, min_size=min_size)
+        return dirichlet(labels, n_clients, alpha, seed, min_size=min_size, min_size_by=min_size_by)
     if name == "shards":
         return shards(labels, n_clients, classes_per_client, seed)
     if name == "quantity":

@@ -71,7 +71,8 @@ class Setup:
             raise ValueError(f"n_clients ({cfg.n_clients}) exceeds the {pool.size} training samples "
                              f"left for clients")
         parts = partition.make(cfg.partition, labels[pool], cfg.n_clients, seed=cfg.seed, alpha=cfg.alpha,
-                               classes_per_client=cfg.classes_per_client, min_size=cfg.min_client_samples)
+                               classes_per_client=cfg.classes_per_client, min_size=cfg.min_client_samples,
+                               min_size_by=cfg.min_samples_by)
         self.client_train, self.client_eval = [], []
         for part in parts:
             idx = rng.permutation(pool[part])
