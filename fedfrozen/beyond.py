@@ -51,7 +51,7 @@ MODELS = {
 }
 SMOKE_MODELS = {
     "vit": dict(model="vit_digits"),
-    "linear": dict(model="linear_vit", model_kwargs=dict(feature_map="identity")),
+    "linear": dict(model="linear_vit", model_kwargs=dict(embed_dim=16, depth=1, num_heads=2, feature_map="identity")),
     "swin": dict(model="swin_tiny_patch4_window7_224",
                  model_kwargs=dict(img_size=8, patch_size=2, in_chans=1, embed_dim=16, depths=(1, 1), num_heads=(2, 2),
                                    window_size=2, mlp_ratio=2.0)),
@@ -137,11 +137,13 @@ def _arms(cell, model, fields, alpha, seeds, grid, rounds, body_per_seed=True):
 
 def _pairs(rates, fractions):
     """FedAvg and FedFrozen at each fraction, every arm at every rate of `rates` (the arms' selected rates)."""
-    return [(m, f, r) for r in sorted(set(rates)) for m, f in [("fedavg", None)] + [("fedfrozen", f) for f in fractions]]
+    arms = [("fedavg", None)] + [("fedfrozen", f) for f in fractions]
+    return [(m, f, r) for r in sorted(set(rates)) for m, f in arms]
 
 
 def build(profile: str, base: dict, rates: dict, seeds=range(5), seeds_c1=range(15), seeds_large=range(5),
-          alphas=(0.1, 0.5), cells=("linear", "swin", "cait", "vit", "clients"), feature_map: str | None = None) -> list[Arm]:
+          alphas=(0.1, 0.5), cells=("linear", "swin", "cait", "vit", "clients"),
+          feature_map: str | None = None) -> list[Arm]:
     """Every arm of notebook 12's `cells`, one Arm per seed. `rates`: {model: {method: rate}} of the rule
     (`selected_rates`) for the models that need one (linear, swin, cait); `seeds` for every cell, `seeds_c1` for the
     linear model's C1 pair at Dirichlet 0.1 (FedAvg, T0 25%), `seeds_large` for the 100/1,000-client cells."""
@@ -177,7 +179,7 @@ def build(profile: str, base: dict, rates: dict, seeds=range(5), seeds_c1=range(
     if "clients" in cells:
         fields = {**_pretrained(profile, base, "vit", None), **LARGE}
         if select(profile, smoke=True, cpu=False, paper=False):  # digits: 1,000 images, 10 and 100 clients
-            fields.update(rounds=8)
+            fields.update(rounds=4, local_steps=2)
         counts = select(profile, smoke=(10, 100), cpu=CLIENT_COUNTS, paper=CLIENT_COUNTS)
         for n in counts:
             f = {**fields, "n_clients": n}

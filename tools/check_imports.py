@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parents[1] / "fedfrozen"
 LAYERS = [
     ("ground", ["progress", "io", "rng"]),
     ("attention layouts", ["layouts"]),
-    ("data and models", ["data", "augment", "partition", "models", "qkv", "history", "linear_attention"]),
+    ("data and models", ["data", "augment", "partition", "models", "qkv", "history", "linear_attention", "attention_sim"]),
     ("buffers", ["flat"]),
     ("methods", ["methods"]),
     ("config", ["config"]),
@@ -35,6 +35,7 @@ LAYERS = [
     ("the paired rule", ["verdicts"]),
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
     ("regime map", ["regime", "controls"]),
+    ("past the paper", ["beyond"]),
     ("verification", ["verification"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),
