@@ -39,16 +39,23 @@ PAPER = ("00", "03", "04", "05", "06", "07")  # the notebooks of the paper's tab
 # the paper's notebooks past their earlier 3 hours; `fedfrozen reproduce --ray` spreads the runs over a cluster
 BUDGET_HOURS = {"paper": 6.0, "all": 7.0}
 IDLE_ROUND, IDLE_EPOCH = 0.114, 0.269  # seconds a round: evaluation and overhead; each local epoch (measured above)
+# notebook 12's other models against the ViT the idle rates were measured on (benchmarks/model_cost.py, medians of 3
+# turns side by side): (training step, evaluation pass); a model not listed costs what the ViT does
+MODEL_COST = {"linear_vit": (0.88, 0.86), "swin_tiny_patch4_window7_224": (1.43, 2.92),
+              "cait_xxs24_224": (1.33, 1.40)}
 
 
 def idle_seconds(experiment: str, key: str) -> float:
-    """A run's time on the idle machine, two at a time (IDLE_ROUND, IDLE_EPOCH), from its stored config."""
+    """A run's time on the idle machine, two at a time (IDLE_ROUND, IDLE_EPOCH, scaled by MODEL_COST), from its
+    stored config. Local steps count as epochs of the cpu profile's clients (about 6 steps an epoch), whatever the
+    client's size (1,000 clients: 6 steps over ~11 images)."""
     d = json.loads((results_root() / experiment / key / "config.json").read_text())
     d = d.get("config", d)
     epochs = d.get("local_epochs") or 1
     if d.get("local_steps"):  # about 6 steps make an epoch at the cpu profile
         epochs = d["local_steps"] / 6
-    return d.get("rounds", 60) * (IDLE_ROUND + IDLE_EPOCH * epochs)
+    train, evaluate = MODEL_COST.get(d.get("model"), (1.0, 1.0))
+    return d.get("rounds", 60) * (IDLE_ROUND * evaluate + IDLE_EPOCH * epochs * train)
 
 
 def runs_of(log: Path) -> tuple[dict, int]:
