@@ -18,7 +18,8 @@ PKG = Path(__file__).resolve().parents[1] / "fedfrozen"
 LAYERS = [
     ("ground", ["progress", "io", "rng"]),
     ("attention layouts", ["layouts"]),
-    ("data and models", ["data", "augment", "partition", "models", "qkv", "history", "linear_attention", "attention_sim"]),
+    ("data and models", ["data", "augment", "partition", "models", "qkv", "history", "linear_attention",
+                         "attention_sim"]),
     ("buffers", ["flat"]),
     ("methods", ["methods"]),
     ("config", ["config"]),
