@@ -93,8 +93,9 @@ def make_task(n_clients: int = 10, d: int = 8, n_tokens: int = 8, samples: int =
         raise ValueError(f"sigma must be >= 0; got {sigma}")
     dh = d // heads
     trng = np.random.default_rng([seed, 10])
-    Q_star = trng.standard_normal((heads, d, dh)) / d ** 0.25
-    K_star = trng.standard_normal((heads, d, dh)) / d ** 0.25
+    # entries of K_h* = Q_h* K_h*ᵀ of variance 1/d, as linear_attention's K* (and softmax logits of unit scale)
+    Q_star = trng.standard_normal((heads, d, dh)) / (d * dh) ** 0.25
+    K_star = trng.standard_normal((heads, d, dh)) / (d * dh) ** 0.25
     v_star = trng.standard_normal((heads, d)) / math.sqrt(heads)
     drng = np.random.default_rng([seed, 12 if heldout else 11])
     Xs, ys = [], []
@@ -234,7 +235,7 @@ def warmup_sweep(sigmas, warmups, seeds, *, kernel: str, heads: int, rounds: int
             phi_fed = float(_profile(sim["WQ_T0"], sim["WK_T0"], t, lam))
             v_opt = value_optimum(sim["WQ_T0"], sim["WK_T0"], t, lam)
             rows.append({"kernel": kernel, "heads": heads, "sigma": sigma, "seed": seed, "local_steps": local_steps,
-                         "warmup": T0, "bias": phi_c - phi_min, "kernel_drift": phi_fed - phi_c,
+                         "warmup": T0, "diverged": not math.isfinite(sim["losses"][-1]), "bias": phi_c - phi_min, "kernel_drift": phi_fed - phi_c,
                          "value_drift": float((sim["v"] - v_opt).norm()),
                          "train_loss": float(global_loss(sim["WQ"], sim["WK"], sim["v"], t)),
                          "heldout_loss": float(global_loss(sim["WQ"], sim["WK"], sim["v"], h))})
@@ -262,11 +263,16 @@ def lambda_sweep(lams, local_steps_list, seeds, *, kernel: str, heads: int, sigm
         t, h = make_task(**common), make_task(**common, heldout=True)
         warm = simulate(t, rounds=warmup, warmup=warmup, local_steps=local_steps_list[-1], lr=lr, seed=seed)
         start = (warm["WQ"], warm["WK"], warm["v"])
+        if not all(torch.isfinite(w).all() for w in start):  # the warm-up diverged: no frozen stage to measure
+            rows += [{"kernel": kernel, "heads": heads, "seed": seed, "lam": lam, "local_steps": E, "diverged": True}
+                     for lam in lams for E in local_steps_list]
+            continue
         for lam in lams:
             for E in local_steps_list:
                 sim = simulate(t, rounds=rounds - warmup, warmup=0, local_steps=E, lr=lr, lam=lam, init=start)
                 v_opt = value_optimum(warm["WQ"], warm["WK"], t, lam)
                 rows.append({"kernel": kernel, "heads": heads, "seed": seed, "lam": lam, "local_steps": E,
+                             "diverged": not bool(torch.isfinite(sim["v"]).all()),
                              "value_drift": float((sim["v"] - v_opt).norm()),
                              "strong_convexity": strong_convexity(warm["WQ"], warm["WK"], t, lam),
                              "train_loss": float(global_loss(warm["WQ"], warm["WK"], sim["v"], t)),
