@@ -15,6 +15,9 @@ comparison with FedAvg of the same model and regime, paired by seed and judged a
   240 rounds, every client dealt one image before the Dirichlet(0.1) draw (partition.MIN_SIZE_RULES "deal": no draw
   gives 1,000 clients an image each): FedAvg and FedFrozen T0 25% and 50%. Only `n_clients` differs between the two.
 
+At the paper profile (CIFAR-10) every cell runs from scratch at vit_cifar's scale (PAPER_MODELS): its clients hold
+every training image, so there is no pretrained start.
+
 Every model's local rate is chosen by the one rule (fedfrozen.selection.RULE) on REGIME_LR_GRID, for FedAvg and for
 FedFrozen, on SELECTION_SEED, which no comparison evaluates; where the two arms choose different rates, both arms run
 at both (each comparison at a shared rate). The 100/1,000-client cells take the pretrained regime's rates
@@ -59,6 +62,19 @@ SMOKE_MODELS = {
                  model_kwargs=dict(img_size=8, patch_size=2, in_chans=1, embed_dim=16, depth=2, num_heads=2,
                                    mlp_ratio=2.0, depth_token_only=1)),
 }
+# the paper profile (CIFAR, 32×32, three channels; docs/paper_profile.md): the same families at vit_cifar's scale,
+# from scratch (its clients hold every training image: no pretrained start)
+PAPER_MODELS = {
+    "vit": dict(model="vit_cifar"),
+    "linear": dict(model="linear_vit", model_kwargs=dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=7,
+                                                         num_heads=3, feature_map="identity")),
+    "swin": dict(model="swin_tiny_patch4_window7_224",
+                 model_kwargs=dict(img_size=32, patch_size=4, in_chans=3, embed_dim=96, depths=(2, 2), num_heads=(3, 6),
+                                   window_size=4, mlp_ratio=2.0)),
+    "cait": dict(model="cait_xxs24_224",
+                 model_kwargs=dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=6, num_heads=4,
+                                   mlp_ratio=2.0, depth_token_only=2)),
+}
 SELECTION_SEED = 100  # the rule's seed in this notebook: no comparison evaluates it (seeds 0-14 do)
 CLIENT_COUNTS = (100, 1000)
 LARGE = dict(rounds=240, local_steps=6, local_epochs=None, min_client_samples=1, min_samples_by="deal")
@@ -79,7 +95,7 @@ class Arm:
 def model_fields(profile: str, name: str, feature_map: str | None = None) -> dict:
     """Config fields of model `name` (MODELS; SMOKE_MODELS at the smoke profile); `feature_map` replaces the linear
     model's ("elu" where the identity map does not train stably)."""
-    table = select(profile, smoke=SMOKE_MODELS, cpu=MODELS, paper=MODELS)
+    table = select(profile, smoke=SMOKE_MODELS, cpu=MODELS, paper=PAPER_MODELS)
     if name not in table:
         raise ValueError(f"model must be one of {', '.join(table)}; got {name!r}")
     fields = {k: (dict(v) if isinstance(v, dict) else v) for k, v in table[name].items()}
@@ -90,10 +106,13 @@ def model_fields(profile: str, name: str, feature_map: str | None = None) -> dic
     return fields
 
 
-def _pretrained(profile: str, base: dict, name: str, feature_map: str | None) -> dict:
+def _start(profile: str, base: dict, name: str, feature_map: str | None) -> dict:
+    """The fields of model `name`'s runs: pretrained with the ViT's recipe (smoke, cpu), or from scratch where the
+    profile has no images outside the clients' (paper)."""
     fields = regime_setup(profile, base, "pretrained")
     if fields is None:
-        raise ValueError(f"the {profile} profile has no pretrained start (no training images outside the clients')")
+        fields = dict(base)
+    fields = {k: v for k, v in fields.items() if k not in ("method", "lr")}  # each arm's own (the paper recipe has one)
     return {**fields, **model_fields(profile, name, feature_map)}
 
 
@@ -101,8 +120,10 @@ def selection_configs(profile: str, base: dict, name: str, methods=("fedavg", "f
                       feature_map: str | None = None) -> list[Config]:
     """The configs the one rule (selection.RULE) compares for model `name`: each method at each rate of `grid`,
     Dirichlet 0.1, T0 = 25%, pretrained with its own body, on SELECTION_SEED."""
-    fields = _pretrained(profile, base, name, feature_map)
-    fields.update(warmup_rounds=max(1, fields["rounds"] // 4), seed=SELECTION_SEED, pretrain_seed=SELECTION_SEED)
+    fields = _start(profile, base, name, feature_map)
+    fields.update(warmup_rounds=max(1, fields["rounds"] // 4), seed=SELECTION_SEED)
+    if fields.get("init") == "pretrained":
+        fields["pretrain_seed"] = SELECTION_SEED
     return [Config(method=m, lr=float(lr), **dirichlet_fields(0.1), **fields) for m in methods for lr in grid]
 
 
@@ -123,13 +144,13 @@ def trains_stably(cfgs, hists, num_classes: int = 10) -> bool:
     return any(a is not None and a >= 2 / num_classes for a in accs)
 
 
-def _arms(cell, model, fields, alpha, seeds, grid, rounds, body_per_seed=True):
+def _arms(cell, model, fields, alpha, seeds, grid, rounds):
     out = []
     for method, fraction, lr in grid:
         t0 = fields["warmup_rounds"] if fraction is None else int(round(fraction * rounds))
         for s in seeds:
             cfg = Config(method=method, seed=s, **dirichlet_fields(alpha), **{**fields, "lr": lr, "warmup_rounds": t0})
-            if body_per_seed:
+            if cfg.init == "pretrained":  # a body per seed
                 cfg = cfg.replace(pretrain_seed=s)
             out.append(Arm(cell, arm_label(method, fraction, lr), cfg, model, fraction))
     return out
@@ -159,7 +180,7 @@ def build(profile: str, base: dict, rates: dict, seeds=range(5), seeds_c1=range(
     for name in ("linear", "swin", "cait", "vit"):
         if name not in cells:
             continue
-        fields = _pretrained(profile, base, name, feature_map if name == "linear" else None)
+        fields = _start(profile, base, name, feature_map if name == "linear" else None)
         rounds = fields["rounds"]
         if name == "vit":  # notebook 03 § 3's bodies cell (FedAvg's pretrained rate, which FedFrozen selected too)
             model_rates = [pretrained_lr]
@@ -177,7 +198,7 @@ def build(profile: str, base: dict, rates: dict, seeds=range(5), seeds_c1=range(
         else:
             out += _arms(f"{name}, Dir 0.1", name, fields, 0.1, seeds, _pairs(model_rates, (0.25,)), rounds)
     if "clients" in cells:
-        fields = {**_pretrained(profile, base, "vit", None), **LARGE}
+        fields = {**_start(profile, base, "vit", None), **LARGE}
         if select(profile, smoke=True, cpu=False, paper=False):  # digits: 1,000 images, 10 and 100 clients
             fields.update(rounds=4, local_steps=2)
         counts = select(profile, smoke=(10, 100), cpu=CLIENT_COUNTS, paper=CLIENT_COUNTS)

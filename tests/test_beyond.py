@@ -128,3 +128,13 @@ def test_the_deal_rule_is_checked_before_any_work():
         ff.Config(min_samples_by="first")
     # the default leaves every cached run's key as it was
     assert config_key(ff.Config()) == config_key(ff.Config(min_samples_by="redraw"))
+
+
+def test_the_paper_profile_runs_every_cell_from_scratch_at_vit_cifars_scale():
+    base = ff.profiles.federated("paper")
+    arms = beyond.build("paper", base, RATES, seeds=range(1), seeds_c1=range(1), seeds_large=range(1))
+    assert {a.cell.split(",")[0] for a in arms} == {"linear", "swin", "cait", "vit", "100 clients", "1000 clients"}
+    assert {a.cfg.init for a in arms} == {"random"} and {a.cfg.dataset for a in arms} == {"cifar10"}
+    assert {a.cfg.model_kwargs.get("img_size", 32) for a in arms} == {32}
+    sel = beyond.selection_configs("paper", base, "cait")
+    assert {c.init for c in sel} == {"random"} and {c.seed for c in sel} == {beyond.SELECTION_SEED}
