@@ -235,7 +235,8 @@ def warmup_sweep(sigmas, warmups, seeds, *, kernel: str, heads: int, rounds: int
             phi_fed = float(_profile(sim["WQ_T0"], sim["WK_T0"], t, lam))
             v_opt = value_optimum(sim["WQ_T0"], sim["WK_T0"], t, lam)
             rows.append({"kernel": kernel, "heads": heads, "sigma": sigma, "seed": seed, "local_steps": local_steps,
-                         "warmup": T0, "diverged": not math.isfinite(sim["losses"][-1]), "bias": phi_c - phi_min, "kernel_drift": phi_fed - phi_c,
+                         "warmup": T0, "diverged": not math.isfinite(sim["losses"][-1]),
+                         "bias": phi_c - phi_min, "kernel_drift": phi_fed - phi_c,
                          "value_drift": float((sim["v"] - v_opt).norm()),
                          "train_loss": float(global_loss(sim["WQ"], sim["WK"], sim["v"], t)),
                          "heldout_loss": float(global_loss(sim["WQ"], sim["WK"], sim["v"], h))})
