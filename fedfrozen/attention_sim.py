@@ -112,31 +112,31 @@ def make_task(n_clients: int = 10, d: int = 8, n_tokens: int = 8, samples: int =
 
 
 def _gram(WQ, WK, t: Task):
-    Z = features(WQ.detach(), WK.detach(), t.X, t.kernel).flatten(-2)  # (N, m, H d)
+    """The frozen stage's normal equations at the kernel (WQ, WK): G = sum_i p_i Z_iᵀ Z_i / m and b (differentiable in
+    the kernel; callers that only read them pass detached weights)."""
+    Z = features(WQ, WK, t.X, t.kernel).flatten(-2)  # (N, m, H d)
     m = t.y.shape[1]
     return torch.einsum("n,nsd,nse->de", t.p, Z, Z) / m, torch.einsum("n,nsd,ns->d", t.p, Z, t.y) / m
 
 
+def _solve(G, b, t: Task, lam: float) -> torch.Tensor:
+    return torch.linalg.solve(G + lam * torch.eye(len(b), dtype=DT), b).reshape(t.heads, t.dim)
+
+
 def value_optimum(WQ, WK, t: Task, lam: float) -> torch.Tensor:
     """argmin_v of the frozen stage's problem (ridge regression on z), shape (H, d)."""
-    G, b = _gram(WQ, WK, t)
-    return torch.linalg.solve(G + lam * torch.eye(len(b), dtype=DT), b).reshape(t.heads, t.dim)
+    return _solve(*_gram(WQ.detach(), WK.detach(), t), t, lam)
 
 
 def strong_convexity(WQ, WK, t: Task, lam: float) -> float:
     """Smallest eigenvalue of the frozen stage's Hessian G + lam I (always >= lam)."""
-    G, _ = _gram(WQ, WK, t)
+    G, _ = _gram(WQ.detach(), WK.detach(), t)
     return float(torch.linalg.eigvalsh(G + lam * torch.eye(len(G), dtype=DT))[0])
 
 
 def _profile(WQ, WK, t: Task, lam: float) -> torch.Tensor:
     """Phi = min_v of the global objective at the kernel (WQ, WK), differentiable in the kernel."""
-    Z = features(WQ, WK, t.X, t.kernel).flatten(-2)
-    m = t.y.shape[1]
-    G = torch.einsum("n,nsd,nse->de", t.p, Z, Z) / m
-    b = torch.einsum("n,nsd,ns->d", t.p, Z, t.y) / m
-    v = torch.linalg.solve(G + lam * torch.eye(len(b), dtype=DT), b)
-    return global_loss(WQ, WK, v.reshape(t.heads, t.dim), t, lam)
+    return global_loss(WQ, WK, _solve(*_gram(WQ, WK, t), t, lam), t, lam)
 
 
 def init_weights(d: int, heads: int, seed: int, scale: float = 0.5):

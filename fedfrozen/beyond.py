@@ -25,7 +25,7 @@ at both (each comparison at a shared rate). The 100/1,000-client cells take the 
 differs.
 
     spec = beyond.Spec.of(profile)                                 # models and sizes of the profile
-    sel = beyond.selection_configs(profile, base, "linear")        # [Config] of the rule, on SELECTION_SEED
+    rates, feature_map, table = beyond.rates_by_rule(profile, base, ["linear", "swin", "cait"])  # the rule, seed 100
     arms = beyond.build(profile, base, rates, seeds=..., ...)      # [Arm(cell, arm, cfg, model), ...]
     rows = beyond.comparisons(arms)                                # [(claim, label, cell, a, b), ...]
 """
@@ -39,7 +39,7 @@ from .controls import arm_label
 from .profiles import REGIME_LR_GRID, dirichlet_fields, regime_learning_rates, regime_setup, select
 
 __all__ = ["MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "Arm", "model_fields", "selection_configs",
-           "selected_rates", "trains_stably", "build", "comparisons", "best_t0"]
+           "selected_rates", "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
 
 # the models of notebook 12 at the cpu profile (28×28, one channel) and at the smoke profile's digits (8×8)
 MODELS = {
@@ -142,6 +142,32 @@ def trains_stably(cfgs, hists, num_classes: int = 10) -> bool:
     validation accuracy (the rule by which the linear model keeps the identity feature map, else elu + 1)."""
     accs = [h.late("val_acc") for c, h in zip(cfgs, hists) if c.method == "fedavg" and not h.diverged]
     return any(a is not None and a >= 2 / num_classes for a in accs)
+
+
+def rates_by_rule(profile: str, base: dict, names, grid=REGIME_LR_GRID, experiment: str | None = None):
+    """Each model's rates by the one rule: its `selection_configs` trained (or loaded) and `selected_rates` of them;
+    the linear model falls back to elu + 1 where the identity map does not train (`trains_stably`). Returns
+    (rates {model: {method: rate}}, the linear model's feature map: None for the identity or "elu", and a table of
+    every selection run: model, method, lr, late validation accuracy)."""
+    import pandas as pd
+
+    from .experiments import run_many
+
+    experiment = experiment or base["dataset"]
+    sel = {m: selection_configs(profile, base, m, grid=grid) for m in names}
+    hists = run_many([c for cs in sel.values() for c in cs], experiment=experiment)
+    rates, rows, feature_map, i = {}, [], None, 0
+    for m, cs in sel.items():
+        hs = hists[i:i + len(cs)]
+        i += len(cs)
+        if m == "linear" and not trains_stably(cs, hs):
+            feature_map = "elu"
+            cs = selection_configs(profile, base, m, grid=grid, feature_map="elu")
+            hs = run_many(cs, experiment=experiment)
+        rates[m] = selected_rates(cs, hs)
+        rows += [dict(model=m, method=c.method, lr=c.lr, late_val_acc=None if h.diverged else h.late("val_acc"))
+                 for c, h in zip(cs, hs)]
+    return rates, feature_map, pd.DataFrame(rows, columns=["model", "method", "lr", "late_val_acc"])
 
 
 def _arms(cell, model, fields, alpha, seeds, grid, rounds):

@@ -72,8 +72,8 @@ class Config:
     partition: str = setting("dirichlet", "iid | dirichlet | shards | quantity", choices=PARTITIONS)
     alpha: float = setting(0.5, "Dirichlet concentration (label skew; beta for quantity skew)", lo=0, lo_open=True)
     classes_per_client: int = setting(2, 'classes per client for partition="shards"', lo=1)
-    min_client_samples: int = setting(2, "dirichlet | quantity: the fewest images a client may be dealt (the draw "
-                                      "is repeated until every client has them)", lo=1)
+    min_client_samples: int = setting(2, "dirichlet | quantity: the fewest images a client may be dealt (how: "
+                                      "min_samples_by)", lo=1)
     min_samples_by: str = setting("redraw", "dirichlet: how every client gets min_client_samples: redraw (repeat "
                                   "the whole draw) | deal (deal them at random first, then one draw; for "
                                   "federations no draw can fill, e.g. 1,000 clients at alpha 0.1)",

@@ -20,19 +20,10 @@ def main() -> None:
     ff.io.use_threads()
     base = ff.profiles.federated(args.profile)
     t = time.perf_counter()
-    sel = {m: beyond.selection_configs(args.profile, base, m) for m in ("linear", "swin", "cait")}
-    hists = ff.run_many([c for cs in sel.values() for c in cs], experiment=base["dataset"])
-    rates, i, feature_map = {}, 0, None
-    for m, cs in sel.items():
-        hs = hists[i:i + len(cs)]
-        i += len(cs)
-        if m == "linear" and not beyond.trains_stably(cs, hs):
-            feature_map = "elu"
-            cs = beyond.selection_configs(args.profile, base, m, feature_map="elu")
-            hs = ff.run_many(cs, experiment=base["dataset"])
-        rates[m] = beyond.selected_rates(cs, hs)
-        print(m, rates[m], {c.lr: round(h.late("val_acc") or 0, 3) for c, h in zip(cs, hs)}, flush=True)
-    print(f"selection: {time.perf_counter() - t:.0f} s; linear feature map: {feature_map or 'identity'}", flush=True)
+    rates, feature_map, table = beyond.rates_by_rule(args.profile, base, ["linear", "swin", "cait"])
+    print(table.pivot_table(index=["model", "method"], columns="lr", values="late_val_acc").round(3), flush=True)
+    print(f"selected {rates}: {time.perf_counter() - t:.0f} s; linear feature map: {feature_map or 'identity'}",
+          flush=True)
     stages = [dict(cells=("linear", "swin", "cait", "vit"), seeds_c1=range(5)),
               dict(cells=("clients",)),
               dict(cells=("linear",), seeds_c1=range(15))]
