@@ -4,8 +4,10 @@ A step of the sequential engine runs ~300 small ops for one client's 16 samples,
 framework overhead more than arithmetic. Here the trainable entries of every client of a chunk are
 stacked into one (clients, entries) tensor; one `torch.func.vmap(grad(...))` of the model's
 `functional_call` gives every client's gradient for its own batch, `fedfrozen.local.grad_terms`
-adds the local objective's terms row by row, and the update rules of `fedfrozen.flat` step all
-rows with a handful of vector ops. Frozen groups are not stacked: one shared copy, no gradient.
+adds the local objective's terms row by row, and the local update rule of `fedfrozen.update` (the
+clients' masks, the clip, the core) steps all rows with a handful of vector ops. Only the local
+optimiser's slices (the stage's trainable entries) are stacked: the frozen ones are one shared copy,
+with no gradient.
 
 Exactly the sequential engine's training (tests/test_batched.py: weights within 1e-5):
 - each client's batches and augmentation come from `fedfrozen.local.draw_batches` with the same seeded
@@ -37,9 +39,9 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from . import augment
-from .flat import UpdateRule, mask_slices
 from .local import autocast, draw_batches, grad_terms
 from .methods.settings import Settings, component, setting
+from .update import UpdateRule, apply_mask
 
 __all__ = ["EntryMap", "EngineSettings", "unsupported", "train_chunk", "chunk_size", "MEMORY_BUDGET"]
 
@@ -71,13 +73,14 @@ def unsupported(method, model: nn.Module) -> str | None:
 
 
 class EntryMap:
-    """Where each parameter lives in the stacked trainable entries or the shared frozen ones, for one stage (the
-    entries its trainable mask keeps, and the rest)."""
+    """Where each parameter lives in the stacked trainable entries or the shared frozen ones, for one stage: the
+    local optimiser's `slices` (the entries the stage's trainable mask keeps: fedfrozen.update.FlatOptimizer), and
+    the rest."""
 
-    def __init__(self, model: nn.Module, flat, mask: torch.Tensor):
+    def __init__(self, model: nn.Module, flat, slices):
         self.flat = flat
-        self.tslices = mask_slices(mask)  # the stage's trainable mask decides (fedfrozen.flat.mask_slices)
-        self.fslices = mask_slices(mask == 0)
+        self.tslices = list(slices)
+        self.fslices = _complement(self.tslices, flat.numel)
         self.nt = sum(s.stop - s.start for s in self.tslices)
         shapes = {n: p.shape for n, p in model.named_parameters()}
         self.trainable, self.frozen = [], []  # (name, shape, start, stop) in the trainable / frozen vector
@@ -114,6 +117,18 @@ class EntryMap:
             n = s.stop - s.start
             out[s].copy_(row[offset:offset + n])
             offset += n
+
+
+def _complement(slices, n: int) -> list[slice]:
+    """The entries of [0, n) outside the ordered, disjoint `slices`, as slices in order."""
+    out, start = [], 0
+    for s in slices:
+        if s.start > start:
+            out.append(slice(start, s.start))
+        start = s.stop
+    if start < n:
+        out.append(slice(start, n))
+    return out
 
 
 def chunk_size(cfg, layout: EntryMap, model: nn.Module, setup, n: int) -> int:
@@ -225,9 +240,12 @@ def _client_batches(order, sizes, B: int):
 def train_chunk(setup, layout: EntryMap, rule: UpdateRule, lr: float, x_global: torch.Tensor, clients: list, *,
                 anchor_coeff=0.0, value_l2=0.0, value_mode="ridge") -> list[tuple[torch.Tensor, torch.Tensor, int]]:
     """Train `clients` (objects with idx, gen, correction, mask: fedfrozen.round.ClientWork) from x_global at once,
-    each step by `rule` (the sequential engine's, fedfrozen.flat.UpdateRule) at rate `lr`. Returns, per client in
-    the given order, (trained trainable entries, summed loss tensor, number of steps).
+    each step by `rule` (the run's, fedfrozen.update.UpdateRule: each client's mask, the clip, the core) at rate
+    `lr`. Returns, per client in the given order, (trained trainable entries, summed loss tensor, number of steps).
     """
+    if not rule.plain:
+        raise ValueError("the batched engine steps one plain rule for every client; a method that transforms the "
+                         "local update rule (FedAdamW's line) runs on the sequential engine")
     cfg, model, device = setup.cfg, setup.model, setup.device
     n = len(clients)
     plans = [draw_batches(setup, c.idx, c.gen, cfg.local_epochs, cfg.local_steps) for c in clients]
@@ -263,7 +281,7 @@ def train_chunk(setup, layout: EntryMap, rule: UpdateRule, lr: float, x_global: 
     mask = None
     if any(mk is not None for mk in masks_full):
         mask = torch.stack([layout.gather(mk) if mk is not None else x_t.new_ones(layout.nt) for mk in masks_full])
-    extra_sq = _frozen_sq(layout, x_global, corr_full, masks_full, value_l2, value_mode) if cfg.grad_clip else None
+    extra_sq = _frozen_sq(layout, x_global, corr_full, masks_full, value_l2, value_mode) if rule.clip else None
     decay = rule.decay(mask, lr)
 
     frozen_vec = layout.gather(x_global, frozen=True)
@@ -290,8 +308,8 @@ def train_chunk(setup, layout: EntryMap, rule: UpdateRule, lr: float, x_global: 
             G, loss = G[:a], loss[:a]
             grad_terms(G, Wk, anchor=anchor_t, anchor_coeff=anchor_coeff,
                        correction=None if corr is None else corr[:a], value_l2=value_l2, value_mode=value_mode,
-                       vs=layout.vs_t, mask=None if mask is None else mask[:a], clip=cfg.grad_clip,
-                       extra_sq=None if extra_sq is None else extra_sq[:a])
+                       vs=layout.vs_t)
+            rule.gradient(G, None if mask is None else mask[:a], None if extra_sq is None else extra_sq[:a])
             d = None if decay is None else decay[:a]
             rule.apply(Wk, G, m[:a], None if v is None else v[:a], k + 1, lr, d)
             loss_sum[:a] += loss
@@ -302,14 +320,14 @@ def train_chunk(setup, layout: EntryMap, rule: UpdateRule, lr: float, x_global: 
 
 
 def _frozen_sq(layout: EntryMap, x_global, corrections, masks, value_l2, value_mode) -> torch.Tensor:
-    """Per client, the squared norm of the gradient terms on frozen entries (constant over its steps: the
-    frozen weights do not move), which the sequential engine's clipping norm includes."""
+    """Per client, the squared norm of the gradient terms on frozen entries after its mask (constant over its steps:
+    the frozen weights do not move), which the clip's norm over the whole buffer includes (fedfrozen.update)."""
     rows = []
     x_f = layout.gather(x_global, frozen=True)
     for c, mk in zip(corrections, masks):
         g = torch.zeros_like(x_f)
         grad_terms(g, x_f, anchor=x_f, correction=None if c is None else layout.gather(c, frozen=True),
-                   value_l2=value_l2, value_mode=value_mode, vs=layout.vs_f,
-                   mask=None if mk is None else layout.gather(mk, frozen=True))
+                   value_l2=value_l2, value_mode=value_mode, vs=layout.vs_f)
+        apply_mask(g, None if mk is None else layout.gather(mk, frozen=True))
         rows.append(g.pow(2).sum())
     return torch.stack(rows)[:, None] if rows else None

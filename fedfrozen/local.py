@@ -2,8 +2,8 @@
 
 Both engines (this one, and the batched one of fedfrozen.batched) draw a client's batches and
 augmentation with `draw_batches`, add the local objective's gradient terms with `grad_terms`, and step
-with the update rules of fedfrozen.flat, so they differ only in how many clients one forward and
-backward pass serves.
+with the local update rule of fedfrozen.update (which alone applies the client's mask, the clip and
+what the stage freezes), so they differ only in how many clients one forward and backward pass serves.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import torch
 import torch.nn.functional as F
 
 from . import augment
-from .flat import FlatOptimizer, FlatParams, mask_slices
+from .flat import FlatParams
+from .update import FlatOptimizer, UpdateRule
 
 __all__ = ["make_optimizer", "batches", "draw_batches", "autocast", "grad_terms", "train"]
 
 
-def make_optimizer(cfg, flat: FlatParams, mask=None) -> FlatOptimizer:
-    """The local optimiser over the entries the stage's trainable `mask` keeps (None: every entry)."""
-    slices = [slice(0, flat.numel)] if mask is None else mask_slices(mask)
-    return FlatOptimizer(flat, slices, cfg.optimizer, weight_decay=cfg.weight_decay,
-                         momentum=cfg.momentum)
+def make_optimizer(cfg, flat: FlatParams, mask=None, model=None) -> FlatOptimizer:
+    """The run's local update rule (`UpdateRule.from_config`) over the entries the stage's trainable `mask` keeps
+    (None: every entry); given the `model`, its parameters outside the mask stop requiring grad."""
+    return FlatOptimizer(flat, UpdateRule.from_config(cfg), trainable=mask, model=model)
 
 
 def batches(n: int, cfg, gen: torch.Generator, epochs: int | None, steps: int | None) -> list[torch.Tensor]:
@@ -58,15 +58,14 @@ def autocast(amp: bool, device):
 
 
 def grad_terms(g, x, *, anchor=None, anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge",
-               vs=None, mask=None, clip=None, extra_sq=None):
+               vs=None):
     """Add the local objective's terms to the gradient `g` of the loss at weights `x`, in place.
 
     anchor_coeff * (x - anchor) (FedProx mu / FedDyn alpha), a constant `correction` (SCAFFOLD
     c - c_i, FedDyn -h_i), the value penalty on the slice `vs` (ridge: lambda x, prox:
-    lambda (x - anchor)), each added as one term so that it is exactly zero where it vanishes; then
-    the client `mask` zeroes the gradient elsewhere and `clip` scales it to norm at most clip. Works
-    on one client's vector or on stacked rows (clients, entries), one norm per row; `extra_sq` adds
-    a constant squared norm per row (the frozen entries' terms, which the batched engine keeps apart).
+    lambda (x - anchor)), each added as one term so that it is exactly zero where it vanishes. Works
+    on one client's vector or on stacked rows (clients, entries). The client's mask and the clip are
+    the update rule's (fedfrozen.update.UpdateRule.gradient), applied when it steps.
     """
     # every pull term is one rounding of coeff * (x - anchor): x - anchor is exactly 0 at the anchor, so the
     # term vanishes there bit for bit (adding coeff*x and then subtracting coeff*anchor leaves a residue of
@@ -79,25 +78,18 @@ def grad_terms(g, x, *, anchor=None, anchor_coeff=0.0, correction=None, value_l2
         g.add_(correction)
     if value_l2 and vs is not None:
         g[..., vs].add_(diff[..., vs] if pull else x[..., vs], alpha=value_l2)
-    if mask is not None:
-        g.mul_(mask)
-    if clip:
-        if extra_sq is None:
-            norm = g.norm() if g.dim() == 1 else g.norm(dim=-1, keepdim=True)
-        else:
-            norm = (g.pow(2).sum(dim=-1, keepdim=True) + extra_sq).sqrt()
-        g.mul_((clip / (norm + 1e-6)).clamp(max=1.0))
     return g
 
 
 def train(setup, opt, lr: float, idx: torch.Tensor, gen: torch.Generator, *, epochs=None, steps=None, anchor=None,
-          anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", mask=None, forward=None):
+          anchor_coeff=0.0, correction=None, value_l2=0.0, value_mode="ridge", forward=None):
     """Train the resident model on samples `idx` at local rate `lr`; returns (summed loss tensor, number of steps).
 
     Per step the flat gradient gets the local objective's terms (`grad_terms`; paper, Eq. of
-    stage 2) and `opt` steps at `lr`. With augmentation on (fedfrozen.augment) each batch is cropped and
-    flipped on the device. `forward(batch indices, inputs)`, when a method gives one (AFedLF's
-    cached prefix), replaces the model's forward pass.
+    stage 2) and `opt` steps at `lr` by its rule (the client's mask, the clip, the core). With
+    augmentation on (fedfrozen.augment) each batch is cropped and flipped on the device.
+    `forward(batch indices, inputs)`, when a method gives one (AFedLF's cached prefix), replaces
+    the model's forward pass.
     """
     cfg, flat, model = setup.cfg, setup.flat, setup.model
     model.train()
@@ -112,7 +104,7 @@ def train(setup, opt, lr: float, idx: torch.Tensor, gen: torch.Generator, *, epo
             loss = F.cross_entropy(model(xb) if forward is None else forward(b, xb), setup.y[b])
         loss.backward()
         grad_terms(flat.grad, flat.data, anchor=anchor, anchor_coeff=anchor_coeff, correction=correction,
-                   value_l2=value_l2, value_mode=value_mode, vs=vs, mask=mask, clip=cfg.grad_clip)
+                   value_l2=value_l2, value_mode=value_mode, vs=vs)
         opt.step(lr)
         loss_sum += loss.detach()
     return loss_sum, len(sizes)

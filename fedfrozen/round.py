@@ -245,21 +245,20 @@ class LocalTraining:
         self.delta = torch.empty_like(s.flat.data)  # the update of the client being replied for
 
     def configure(self, mask: torch.Tensor) -> None:
-        """The stage's trainable `mask` (Round.mask, Plan.mask) decides what moves: requires_grad, the local
-        optimiser's slices (a fresh state) and, under the batched engine, its entries all follow from it."""
+        """The stage's trainable `mask` (Round.mask, Plan.mask) goes to the local update rule, which alone decides
+        what moves (fedfrozen.update: its state, requires_grad); the batched engine stacks the rule's slices."""
         s = self.s
-        s.flat.train_only(s.model, mask)
-        self.opt = local.make_optimizer(s.cfg, s.flat, mask)
-        self.layout = batched.EntryMap(s.model, s.flat, mask) if self.use_batched else None
+        self.opt = local.make_optimizer(s.cfg, s.flat, mask, model=s.model)
+        self.layout = batched.EntryMap(s.model, s.flat, self.opt.slices) if self.use_batched else None
 
     def _prepare(self, ins: Instruction) -> ClientWork:
         """The hooks before client `ins.cid` trains; the model holds the global weights, the optimiser a fresh
         state."""
         s, method, opt, r, cid = self.s, self.method, self.opt, ins.r, ins.cid
         s.flat.data.copy_(ins.weights)
-        opt.reset()  # a fresh local optimiser state per client per round
+        opt.reset()  # a fresh local optimiser state and the run's rule, per client per round
         cmask = ins.mask if ins.mask is not None else method.client_mask(r, cid)
-        opt.mask = cmask
+        opt.mask = cmask  # the rule applies it (fedfrozen.update)
         trains = ins.stage_mask if cmask is None else cmask * ins.stage_mask
         method.init_client(r, cid, None if self.use_batched else opt, trains)
         seed = seed_for("local_batches", s.cfg.seed, r, cid)
@@ -297,7 +296,7 @@ class LocalTraining:
                     c.loss_sum, c.steps = local.train(
                         s, self.opt, ins.lr, c.idx, c.gen, epochs=cfg.local_epochs, steps=cfg.local_steps,
                         anchor=ins.weights, anchor_coeff=ins.anchor_coeff, correction=c.correction,
-                        value_l2=ins.value_l2, value_mode=ins.value_mode, mask=c.mask, forward=c.forward)
+                        value_l2=ins.value_l2, value_mode=ins.value_mode, forward=c.forward)
                     yield self._reply(c)
                     continue
                 clients.append(c)
@@ -305,7 +304,7 @@ class LocalTraining:
                 continue
             first = clients[0].ins  # (one rate, penalty and prox weight for the whole round)
             s.flat.data.copy_(first.weights)
-            trained = batched.train_chunk(s, self.layout, self.opt.rule, first.lr, first.weights, clients,
+            trained = batched.train_chunk(s, self.layout, self.opt.base, first.lr, first.weights, clients,
                                           anchor_coeff=first.anchor_coeff, value_l2=first.value_l2,
                                           value_mode=first.value_mode)
             for c, (weights, loss_sum, steps) in zip(clients, trained):

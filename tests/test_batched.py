@@ -87,8 +87,8 @@ def test_a_finished_client_does_not_move(setups):
     s = loop.prepare(cfg)
     steps = [-(-len(t) // 8) for t in s.client_train]
     assert len(set(steps)) == 2, steps
-    layout = batched.EntryMap(s.model, s.flat, s.flat.mask(ff.qkv.GROUPS))
     opt = local.make_optimizer(cfg, s.flat)
+    layout = batched.EntryMap(s.model, s.flat, opt.slices)
     x0 = s.flat.data.clone()
 
     def clients(ids):

@@ -30,7 +30,7 @@ def test_clients_start_from_the_server_moments_and_step_counter(monkeypatch):
         for s in opt.slices:
             full[s] = opt.v[offset:offset + s.stop - s.start]
             offset += s.stop - s.start
-        seen.append((r, opt.t, self.t, full.clone(), self.v_bar[self.tensor_of].clone(), opt.lr_scale,
+        seen.append((r, opt.t, self.t, full.clone(), self.v_bar[self.tensor_of].clone(), opt.rule.lr_scale,
                      opt.rule.weight_decay))
 
     monkeypatch.setattr(FedAdamW, "init_client", spy)

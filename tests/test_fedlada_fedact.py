@@ -5,8 +5,9 @@ import torch
 from conftest import resumed, tiny_config
 
 import fedfrozen as ff
-from fedfrozen.flat import FlatOptimizer, FlatParams
+from fedfrozen.flat import FlatParams
 from fedfrozen.methods import fedlada
+from fedfrozen.update import FlatOptimizer, UpdateRule
 
 BASE = dict(n_clients=4, rounds=3, lr=1e-2)
 
@@ -18,10 +19,11 @@ def _flat(seed=0):
 
 
 def test_fedlada_step_is_torch_adam_with_coupled_decay():
+    """FedLADA's transform of the one rule (coupled decay before the Adam core, no decoupled decay) is
+    torch.optim.Adam's rule."""
     model, flat = _flat()
     ref = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
-    opt = FlatOptimizer(flat, [slice(0, flat.numel)], "adamw")
-    opt.step_rule = fedlada._adam_coupled
+    opt = FlatOptimizer(flat, UpdateRule("adamw", weight_decay=0.0, coupled_decay=fedlada.LADA_COUPLED_WD))
     torch_opt = torch.optim.Adam(ref, lr=1e-2, weight_decay=fedlada.LADA_COUPLED_WD)
     gen = torch.Generator().manual_seed(0)
     for _ in range(4):
@@ -40,13 +42,16 @@ def test_fedact_trust_scales_agreeing_coordinates_up():
     """m̂ and Δ^G agree on coordinate 0 (trust 1), disagree on 1 (tau_min); the mean trust is renormalised to 1."""
     model, flat = _flat()
     flat.data.zero_()
-    opt = FlatOptimizer(flat, [slice(0, 2)], "adamw")
+    trainable = torch.zeros(flat.numel)
+    trainable[:2] = 1
+    opt = FlatOptimizer(flat, trainable=trainable)
     flat.grad.zero_()
     flat.grad[:2] = torch.tensor([1.0, 1.0])        # m̂ > 0 on both
     delta_bar = torch.zeros(flat.numel)
     delta_bar[:2] = torch.tensor([10.0, -10.0])     # Δ^G = -Δ̄/(Kη): negative on 0 (disagrees), positive on 1 (agrees)
-    opt.t = 1
-    fedlada._act_step(opt, 0.1, delta_bar, K=1, alpha=0.0, tau_min=0.1)
+    opt.rule = UpdateRule(direction=lambda o, lr: fedlada._act_direction(o, lr, delta_bar, K=1, alpha=0.0,
+                                                                        tau_min=0.1))
+    opt.step(0.1)  # the Adam core's moments at t = 1, then FedACT's direction
     # d = m̂/(sqrt(v̂)+eps) = 1 on both (alpha 0); tau = (0.1, 1) renormalised to mean 1 -> (0.2/1.1, 2/1.1)
     step = -flat.data[:2] / 0.1
     assert torch.allclose(step, torch.tensor([0.2 / 1.1, 2.0 / 1.1]), atol=1e-5)

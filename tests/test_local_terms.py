@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_config
 
-import fedfrozen as ff
 from fedfrozen import batched, local, loop
 
 
@@ -54,7 +53,7 @@ def _one_step(cfg, anchor_coeff, value_l2=0.0, engine="sequential"):
         local.train(s, opt, cfg.lr, s.client_train[0], gen, steps=1, anchor=x0, anchor_coeff=anchor_coeff,
                     value_l2=value_l2, value_mode="prox")
         return s.flat.data.clone()
-    layout = batched.EntryMap(s.model, s.flat, s.flat.mask(ff.qkv.GROUPS))
+    layout = batched.EntryMap(s.model, s.flat, opt.slices)
     client = SimpleNamespace(idx=s.client_train[0], gen=gen, correction=None, mask=None)
     trained = batched.train_chunk(s, layout, opt.rule, cfg.lr, x0, [client], anchor_coeff=anchor_coeff,
                                   value_l2=value_l2, value_mode="prox")

@@ -21,6 +21,7 @@ LAYERS = [
     ("data and models", ["data", "augment", "partition", "models", "qkv", "history", "linear_attention",
                          "attention_sim"]),
     ("buffers", ["flat"]),
+    ("the local update rule", ["update"]),
     ("methods", ["methods"]),
     ("config", ["config"]),
     ("checkpoints", ["checkpoint"]),

@@ -18,6 +18,7 @@ state and adds a per-step term, so it runs on the sequential engine only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -80,8 +81,10 @@ class FedAdamW(Method):
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
         super().init_client(r, cid, opt, mask)
         pull = self.gamma / self._steps(cid)
-        opt.configure_client(lr_scale=1 - self.gamma, weight_decay=self.cfg.weight_decay / (1 - self.gamma),
-                             after_step=self._pull(pull) if self.gamma else None)
+        # the local update rule, transformed (fedfrozen.update): lr and weight decay scaled, the pull after each step
+        opt.rule = dataclasses.replace(opt.rule, lr_scale=1 - self.gamma,
+                                       weight_decay=self.cfg.weight_decay / (1 - self.gamma),
+                                       after_step=self._pull(pull) if self.gamma else None)
         if self.shared:
             opt.start_from(self.v_bar[self.tensor_of], self.t)
         self.opt = opt
@@ -102,7 +105,6 @@ class FedAdamW(Method):
         full = opt.second_moments()
         self.reported = {"v_means": torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size,
                          "steps": torch.tensor([steps])}  # what the client uploads besides Δ_i
-        opt.clear_client_rules()  # (step_rule: FedLADA's and FedACT's local steps)
         self.pending = cid
 
     def _fold(self, p: float, reported: dict) -> None:

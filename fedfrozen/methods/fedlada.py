@@ -15,17 +15,20 @@ exchanged counted in bytes) and change the local step:
   steps where the local and global directions agree, small non-zero ones elsewhere. Client moments as
   FedAdamW's (per-tensor v̄ and the counter from the server). With τ_min = 1 (trust ≡ 1) it is
   FedAdamW's corrected AdamW at learning rate η (a test).
-Sequential engine only (they set the local optimiser's rule and state).
+Both are transforms of the one local update rule (fedfrozen.update): FedLADA adds `coupled_decay` before the Adam
+core (decoupled decay off), FedACT replaces AdamW's update by its `direction` over the core's moments. Sequential
+engine only (they transform the local optimiser's rule and state).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ..flat import adam_denominator, adam_moments
+from ..update import adam_denominator
 from .base import Method
 from .fedadamw import FedAdamW, FedAdamWSettings
 from .settings import setting
@@ -49,22 +52,13 @@ class FedLADA(FedAdamW):
 
     def init_client(self, r, cid, opt, mask) -> None:
         super().init_client(r, cid, opt, mask)
-        opt.configure_client(weight_decay=0.0, step_rule=_adam_coupled)
+        # FedAdamW's rule with Adam's coupled weight decay in place of AdamW's decoupled one (torch.optim.Adam's)
+        opt.rule = dataclasses.replace(opt.rule, weight_decay=0.0, coupled_decay=LADA_COUPLED_WD)
 
     def client_bytes(self, r: int, cid: int, payload: int, trainable: int) -> tuple[int, int]:
         down, up = Method.client_bytes(self, r, cid, payload, trainable)  # FedAvg's: the payload each way
         moments = payload if self.shared else 0  # the per-coordinate v of what the client trains, each way
         return down + (payload if self.gamma else 0) + moments, up + moments
-
-
-@torch.no_grad()
-def _adam_coupled(opt, lr: float) -> None:
-    """Adam with coupled weight decay (torch.optim.Adam's rule): g <- g + wd x, masked by opt.mask."""
-    betas, bc1 = opt.rule.betas, 1 - opt.rule.betas[0] ** opt.t
-    for (p, g, m, v), s in zip(opt.views(), opt.slices):
-        g = g.add(p, alpha=LADA_COUPLED_WD) if opt.mask is None else g.addcmul(p, opt.mask[s], value=LADA_COUPLED_WD)
-        adam_moments(m, v, g, betas)
-        p.addcdiv_(m, adam_denominator(v, opt.t, betas, opt.rule.eps), value=-lr / bc1)
 
 
 @dataclass(frozen=True)
@@ -83,17 +77,18 @@ class FedACT(FedAdamW):
     def init_client(self, r, cid, opt, mask) -> None:
         super().init_client(r, cid, opt, mask)
         K, cfg, opts = self._steps(cid), self.cfg, self.settings
-        # η itself (FedAdamW scales it by 1 - γ); the global direction is inside the trust-scaled step
-        opt.configure_client(lr_scale=1.0, weight_decay=cfg.weight_decay, after_step=None,
-                             step_rule=lambda o, lr: _act_step(o, lr, self.delta_bar, K, opts.alpha, opts.tau_min))
+        # η itself (FedAdamW scales it by 1 - γ); the global direction is inside the trust-scaled direction
+        opt.rule = dataclasses.replace(
+            opt.rule, lr_scale=1.0, weight_decay=cfg.weight_decay, after_step=None,
+            direction=lambda o, lr: _act_direction(o, lr, self.delta_bar, K, opts.alpha, opts.tau_min))
 
 
 @torch.no_grad()
-def _act_step(opt, lr: float, delta_bar: torch.Tensor, K: int, alpha: float, tau_min: float) -> None:
+def _act_direction(opt, lr: float, delta_bar: torch.Tensor, K: int, alpha: float, tau_min: float) -> None:
+    """FedACT's step over the Adam core's moments (the rule's core updated them already at step opt.t)."""
     betas, bc1 = opt.rule.betas, 1 - opt.rule.betas[0] ** opt.t
     parts = []
-    for (p, g, m, v), s in zip(opt.views(), opt.slices):
-        adam_moments(m, v, g, betas)
+    for (p, _, m, v), s in zip(opt.views(), opt.slices):
         m_hat = m / bc1
         dG = delta_bar[s] * (-1.0 / (K * lr)) if lr > 0 else torch.zeros_like(m)
         d = m_hat / adam_denominator(v, opt.t, betas, opt.rule.eps) + alpha * dG
