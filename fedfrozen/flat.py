@@ -16,7 +16,7 @@ from torch import nn
 
 from .qkv import GROUPS, param_groups
 
-__all__ = ["FlatParams", "merged_slices", "mask_slices"]
+__all__ = ["FlatParams", "merged_slices"]
 
 
 class FlatParams:
@@ -75,14 +75,6 @@ class FlatParams:
     def zero_grad(self) -> None:
         self.grad.zero_()
 
-    def train_only(self, model: nn.Module, mask: torch.Tensor) -> None:
-        """requires_grad from the stage's trainable `mask` (a 0/1 vector over the buffer): a parameter trains
-        where the mask keeps any of its entries. Called by the local update rule's optimiser, which the mask is
-        given to (fedfrozen.update.FlatOptimizer): the backward pass then skips the frozen parameters."""
-        for name, p in model.named_parameters():
-            a, b = self.param_range[name]
-            p.requires_grad_(bool(mask[a:b].any()))
-
 
 def merged_slices(flat: FlatParams, groups) -> list[slice]:
     """The entries of `groups` as few contiguous slices (adjacent groups merged)."""
@@ -94,12 +86,3 @@ def merged_slices(flat: FlatParams, groups) -> list[slice]:
         else:
             out.append([a, b])
     return [slice(a, b) for a, b in out]
-
-
-def mask_slices(mask: torch.Tensor) -> list[slice]:
-    """The entries a 0/1 mask over the flat buffer keeps (nonzero), as contiguous slices in order; for a mask of
-    whole groups the same slices as `merged_slices` of those groups."""
-    keep = (mask != 0).to(torch.int8).cpu()
-    edge = torch.zeros(1, dtype=torch.int8)
-    ends = torch.diff(keep, prepend=edge, append=edge).nonzero().flatten().tolist()
-    return [slice(a, b) for a, b in zip(ends[0::2], ends[1::2])]

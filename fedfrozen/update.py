@@ -27,10 +27,27 @@ from dataclasses import dataclass
 
 import torch
 
-from .flat import FlatParams, mask_slices
+from .flat import FlatParams
 
-__all__ = ["UpdateRule", "FlatOptimizer", "apply_mask", "clip_by_norm", "adamw_step", "sgd_step", "adam_moments",
-           "adam_denominator"]
+__all__ = ["UpdateRule", "FlatOptimizer", "mask_slices", "train_only", "apply_mask", "clip_by_norm", "adamw_step",
+           "sgd_step", "adam_moments", "adam_denominator"]
+
+
+def mask_slices(mask: torch.Tensor) -> list[slice]:
+    """The entries a 0/1 mask over the flat buffer keeps (nonzero), as contiguous slices in order; for a mask of
+    whole groups the same slices as `fedfrozen.flat.merged_slices` of those groups."""
+    keep = (mask != 0).to(torch.int8).cpu()
+    edge = torch.zeros(1, dtype=torch.int8)
+    ends = torch.diff(keep, prepend=edge, append=edge).nonzero().flatten().tolist()
+    return [slice(a, b) for a, b in zip(ends[0::2], ends[1::2])]
+
+
+def train_only(flat: FlatParams, model, mask: torch.Tensor) -> None:
+    """requires_grad from the stage's trainable `mask`: a parameter trains where the mask keeps any of its entries,
+    so the backward pass skips the frozen ones (their loss gradient stays exactly zero)."""
+    for name, p in model.named_parameters():
+        a, b = flat.param_range[name]
+        p.requires_grad_(bool(mask[a:b].any()))
 
 
 def apply_mask(g, mask):
@@ -133,7 +150,7 @@ class FlatOptimizer:
         self.rule = self.base
         self.slices = [slice(0, flat.numel)] if trainable is None else mask_slices(trainable)
         if model is not None:
-            flat.train_only(model, torch.ones_like(flat.data) if trainable is None else trainable)
+            train_only(flat, model, torch.ones_like(flat.data) if trainable is None else trainable)
         n = sum(s.stop - s.start for s in self.slices)
         self.m = flat.data.new_zeros(n)
         self.v = flat.data.new_zeros(n) if self.base.kind == "adamw" else None
