@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import typing
@@ -42,6 +43,8 @@ def settings() -> list[tuple]:
     every component's settings by flat name (the command line's flags, Flower's keys)."""
     out = []
     for f in dataclasses.fields(Config):
+        if not f.init:  # components: its settings follow, by flat name
+            continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         out.append((f.name, f.metadata, default))
     out += [(flat, f.metadata, f.default) for flat, (_, f) in methods.component_settings().items()]
@@ -57,11 +60,16 @@ class Config:
     Methods (docs/methods.md): `method` names a registered method (`fedfrozen methods` lists
     them); `local_objective`, `server_opt` and `freeze_schedule` override its components.
 
-    The settings of a component (FedProx's mu, the server step's, the adaptive schedules', the value penalty's,
-    skewed participation's, the pre-training's, the batched engine's) are declared beside the component
-    (fedfrozen.methods.settings.component; `fedfrozen methods` lists them). A Config takes them by their
-    flat names, Config(prox_mu=0.1, server_lr=0.5), gives them back as attributes (cfg.prox_mu), and keeps the
-    ones that differ from their defaults in `components`.
+    One spelling a setting, in Python and in a JSON or YAML file (`to_dict`, --config):
+    - a Config field by its name: Config(lr=0.01), `lr: 0.01`;
+    - a component's setting (FedProx's mu, the server step's, the adaptive schedules', the value penalty's, skewed
+      participation's, the pre-training's, the batched engine's), declared and checked beside the component
+      (fedfrozen.methods.settings.component; `fedfrozen methods` lists them), by its flat name like a field:
+      Config(prox_mu=0.1), `prox_mu: 0.1`, read as cfg.prox_mu; the Config keeps the ones that differ from their
+      defaults in the read-only `components`;
+    - a method's own setting in `method_args` by its name: Config(method="fedsteer", method_args={"core": 5}).
+    The command line keeps its flags (--prox-mu, --fedsteer-core) and Flower its keys (prox-mu); `from_dict` also
+    reads what earlier versions stored (components as a dict or as fields, method settings as flat fields).
     """
 
     # --- data and clients ---
@@ -116,8 +124,9 @@ class Config:
                                           choices=lambda: tuple(methods.FREEZE_SCHEDULES))
     method_args: dict = setting(help='the method\'s own settings, e.g. {"core": 5} for fedsteer (fedfrozen methods '
                                 "--settings)", factory=dict)
-    components: dict = setting(help='settings of the components by flat name, e.g. {"prox_mu": 0.1}; the same as '
-                               "Config(prox_mu=0.1) (fedfrozen methods lists them)", factory=dict)
+    # the components' settings that differ from their defaults, by flat name: set by keyword (Config(prox_mu=0.1)),
+    # never given as a dict (one spelling), checked by their declarations
+    components: dict = dataclasses.field(init=False, metadata={"help": "the changed component settings (read only)"})
     # --- starting point ---
     init: str = setting("random", "random | public (server pre-trains on the public split) | pretrained (on images "
                         "outside train_subset; fedfrozen.pretrain) | path to a state_dict")
@@ -136,7 +145,6 @@ class Config:
         if isinstance(self.freeze, str):  # freeze="qk" names one group (not the groups "q" and "k")
             self.freeze = (self.freeze,)
         self._check_fields()  # one run, one value (and one cache key): ints of float fields floats, lists tuples
-        self.components = methods.check_components(self.components)  # only the changed ones, normalised
         if self.clients_per_round is not None and self.clients_per_round == self.n_clients:
             self.clients_per_round = None  # "all clients"
         if self.local_epochs is None and self.local_steps is None:
@@ -146,20 +154,17 @@ class Config:
         self.method_args = methods.settings_class(self.method).create(self.method, self.method_args).changed()
 
     def __getattr__(self, name: str):
-        """A component's setting by its flat name (`cfg.prox_mu`: its value in `components`, else its default); a
-        method setting under its flat name of earlier versions (`cfg.fedsteer_core`): deprecated, with a warning
-        naming cfg.method_args; its default when this config's method does not have it."""
+        """A component's setting by its flat name (`cfg.prox_mu`: its value in `components`, else its default). A
+        method's setting is read from cfg.method_args (or, typed, from the method's `settings`): its flat name
+        (`cfg.fedsteer_core`) is only the flag's, and the AttributeError says so."""
         if not name.startswith("_") and name in methods.component_settings():
-            return self.__dict__.get("components", {}).get(name, methods.component_settings()[name][1].default)
-        if name.startswith("_") or name not in methods.flat_settings():
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        owner, setting = methods.flat_settings()[name]
-        warnings.warn(f"Config.{name} is deprecated: the setting is cfg.method_args[{setting!r}] (method "
-                      f"{self.method!r})", FutureWarning, stacklevel=2)
-        own = methods.settings_class(self.__dict__.get("method", "fedavg"))
-        if any(flat == name for flat in methods.flat_names(own).values()):
-            return self.__dict__.get("method_args", {}).get(setting, own.fields()[setting].default)
-        return owner.fields()[setting].default
+            return (self.__dict__.get("components") or {}).get(name, methods.component_settings()[name][1].default)
+        if not name.startswith("_") and name in methods.flat_settings():
+            owner, setting = methods.flat_settings()[name]
+            raise AttributeError(f"Config has no attribute {name!r}: the setting is cfg.method_args[{setting!r}] "
+                                 f"(of {', '.join(methods.methods_with(owner))}; --{name.replace('_', '-')} on the "
+                                 f"command line)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _check_fields(self) -> None:
         """Every field by its own declaration (`setting`: type, range, choices; methods/settings.check_value), its
@@ -213,45 +218,45 @@ class Config:
 
     # --- (de)serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        """The Config as a JSON or YAML file holds it, in the one spelling: every field by name (freeze a list) and
+        the changed component settings by flat name beside them (`prox_mu: 0.1`)."""
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
         d["freeze"] = list(self.freeze)
-        return d
+        return d | dict(self.components)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Config":
-        """A Config from `to_dict`'s form; a stored dict of an earlier version (component settings as fields,
-        `prox_mu`; method settings as flat fields, `fedsteer_core`) is read too, the former into components, the
-        latter into method_args, without a warning."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        d = _with_components(dict(d))
+        """A Config from `to_dict`'s form; a stored dict of an earlier version is read too, without a warning:
+        component settings as a `components` dict or as fields at their defaults, method settings as flat fields
+        (`fedsteer_core`, moved into method_args)."""
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        d = dict(d)
+        stored = d.pop("components", None) or {}
+        if not isinstance(stored, dict):
+            raise ValueError(f"components must be a dict of component settings by flat name; got {stored!r}")
+        d = {**stored, **d}
         flat = {k: d.pop(k) for k in list(d) if k in methods.flat_settings()}
-        unknown = sorted(set(d) - names)
+        unknown = sorted(set(d) - names - set(methods.component_settings()))
         if unknown:
             raise ValueError(f"unknown Config field(s) {unknown}")
         if flat:
-            d["method_args"] = _from_flat(d.get("method", "fedavg"), d.get("method_args") or {}, flat, warn=False)
+            d["method_args"] = _from_flat(d.get("method", "fedavg"), d.get("method_args") or {}, flat)
         return cls(**d)
 
     def replace(self, **changes) -> "Config":
-        """A copy with `changes`. Another `method` without `method_args` starts from that method's default
-        settings (the old method's settings are not the new one's); give method_args to set them."""
+        """A copy with `changes` (fields, and component settings by flat name). Another `method` without
+        `method_args` starts from that method's default settings (the old method's settings are not the new
+        one's); give method_args to set them."""
         if changes.get("method", self.method) != self.method and "method_args" not in changes:
             changes["method_args"] = {}
-        changes = _with_components(changes, self.components)
-        return dataclasses.replace(self, **changes)
+        _refuse_components(changes)
+        return dataclasses.replace(self, **{**self.components, **changes})
 
 
-def _with_components(kwargs: dict, current: dict | None = None) -> dict:
-    """`kwargs` with the component settings given by flat name (prox_mu=0.1) moved into `components` (over
-    `current`, a Config's own, or over a `components` given too); unchanged when none is given."""
-    flat = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.component_settings()}
-    if not flat:
-        return kwargs
-    base = kwargs.get("components") if "components" in kwargs else current
-    if base is not None and not isinstance(base, dict):
-        raise ValueError(f"components must be a dict of component settings by flat name; got {base!r}")
-    kwargs["components"] = {**(base or {}), **flat}
-    return kwargs
+def _refuse_components(kwargs: dict) -> None:
+    if "components" in kwargs:
+        raise ValueError(f"components is read only: give a component's setting by its name, e.g. Config(prox_mu=0.1) "
+                         f"(got components={kwargs['components']!r})")
 
 
 def identity(d: dict) -> dict:
@@ -271,10 +276,10 @@ def stored_form(d: dict) -> dict:
         return d
 
 
-def _from_flat(method: str, args: dict, flat: dict, warn: bool) -> dict:
-    """method_args with the flat-named settings `flat` ({"fedsteer_core": 5}) moved in. A flat name of another
-    method's setting is dropped (it never changed this method's run), said when its value is not the default;
-    `warn`: say that the flat spelling is deprecated."""
+def _from_flat(method: str, args: dict, flat: dict) -> dict:
+    """method_args with the flat-named settings `flat` ({"fedsteer_core": 5}) of a stored config of an earlier
+    version moved in. A flat name of another method's setting is dropped (it never changed this method's run), said
+    when its value is not the default."""
     args = dict(args)
     own = methods.flat_names(methods.settings_class(method)) if method in methods.names() else {}
     by_flat = {f: name for name, f in own.items()}
@@ -282,9 +287,6 @@ def _from_flat(method: str, args: dict, flat: dict, warn: bool) -> dict:
         owner, setting = methods.flat_settings()[key]
         if key in by_flat:
             args[setting] = value
-            if warn:
-                warnings.warn(f"Config({key}=...) is deprecated: use method_args={{{setting!r}: {value!r}}} "
-                              f"(command line: --{key.replace('_', '-')})", FutureWarning, stacklevel=3)
         elif value != owner.fields()[setting].default:
             warnings.warn(f"Config({key}={value!r}) is ignored: method {method!r} has no such setting (it is a setting "
                           f"of {', '.join(methods.methods_with(owner))})", FutureWarning, stacklevel=3)
@@ -296,13 +298,18 @@ _generated_init = Config.__init__
 
 @functools.wraps(_generated_init)
 def _init(self, *args, **kwargs):
-    """The dataclass's __init__, also taking component settings by flat name (Config(prox_mu=0.1): into
-    components) and the deprecated flat names of method settings (a warning each)."""
-    kwargs = _with_components(kwargs)
-    flat = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.flat_settings()}
+    """The dataclass's __init__, also taking the component settings by flat name (Config(prox_mu=0.1): checked by
+    their declarations, the changed ones kept in `components`). A method setting's flat name is refused with its
+    spelling (method_args), and so is a `components` dict."""
+    _refuse_components(kwargs)
+    flat = sorted(k for k in kwargs if k in methods.flat_settings())
     if flat:
-        kwargs["method_args"] = _from_flat(kwargs.get("method", "fedavg"), kwargs.get("method_args") or {}, flat,
-                                           warn=True)
+        key = flat[0]
+        owner, setting = methods.flat_settings()[key]
+        raise ValueError(f"{key} is a method's setting: give it as method_args={{{setting!r}: ...}} (of "
+                         f"{', '.join(methods.methods_with(owner))}; command line: --{key.replace('_', '-')})")
+    given = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.component_settings()}
+    self.components = methods.check_components(given)  # before the checks of __post_init__, which read them
     _generated_init(self, *args, **kwargs)
 
 

@@ -66,7 +66,7 @@ def config_key(cfg) -> str:
     # the keys of runs cached before method_args stay what they were
     names = flat_names(settings_class(cfg.method))
     d.update({names[k]: v for k, v in d.pop("method_args").items()})
-    d.update(d.pop("components"))  # the components' changed settings by flat name: the Config fields they were
+    # (the components' changed settings are in d by flat name already: the Config fields they were)
     changed = {k: v for k, v in d.items() if k not in defaults or defaults[k] != v}
     content = {"config": changed, "version": __version__}
     revision = results_revision(cfg.method)
@@ -82,7 +82,7 @@ def _defaults(config_cls) -> dict:
     import dataclasses
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                for f in dataclasses.fields(config_cls)}
+                for f in dataclasses.fields(config_cls) if f.init}
     return defaults | {"freeze": list(defaults["freeze"])}
 
 

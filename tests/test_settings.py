@@ -1,5 +1,6 @@
 """A method owns its settings: a dataclass declared beside it, given as Config.method_args, validated where it is
-declared, flags generated from it; the flat names of earlier versions are deprecated aliases and the cache keys."""
+declared, flags generated from it; a component's settings are spelled by their flat names. One spelling a setting:
+the other spellings of earlier versions are refused by name, read only from stored configs, and kept as cache keys."""
 
 import dataclasses
 import hashlib
@@ -27,6 +28,7 @@ def test_every_registered_setting_has_help_a_valid_default_and_one_flat_name():
     # one spelling, one setting: FedACT's settings extend FedAdamW's, so gamma is fedadamw_gamma for both
     assert "fedadamw_gamma" in flats and "fedact_gamma" not in flats and "fedsteer_lambda" in flats
     assert not set(flats) & {f.name for f in dataclasses.fields(ff.Config)}
+    assert not set(flats) & set(ff.methods.component_settings())  # one name, one setting
 
 
 def test_method_args_are_normalised_to_the_changed_settings():
@@ -62,21 +64,19 @@ def test_checks_across_the_config_run_when_the_config_is_built():
         ff.Config(method="fedsteer", n_clients=6, method_args={"core": 7})
 
 
-def test_flat_names_are_deprecated_aliases_that_warn_with_the_new_spelling():
-    said = r"Config\(fedsteer_core=\.\.\.\) is deprecated: use method_args=\{'core': 5\}"
-    with pytest.warns(FutureWarning, match=said):
-        old = ff.Config(method="fedsteer", fedsteer_core=5)
-    assert old == ff.Config(method="fedsteer", method_args={"core": 5})
-    with pytest.warns(FutureWarning, match=r"Config.fedsteer_core is deprecated.*method_args\['core'\]"):
-        assert old.fedsteer_core == 5
-    with pytest.warns(FutureWarning, match="deprecated"):
-        assert old.fedsteer_lambda == 0.5  # the default, not set
-    with pytest.warns(FutureWarning, match="deprecated"):
-        assert old.replace(fedsteer_lambda=2).method_args == {"core": 5, "lambda": 2.0}
-    # another method's setting never changed this run: dropped, and said when it is not the default
+def test_a_method_settings_flat_name_is_refused_with_its_one_spelling():
+    said = r"fedsteer_core is a method's setting: give it as method_args=\{'core': \.\.\.\} \(of fedsteer; command line"
+    with pytest.raises(ValueError, match=said):
+        ff.Config(method="fedsteer", fedsteer_core=5)
+    cfg = ff.Config(method="fedsteer", method_args={"core": 5})
+    with pytest.raises(ValueError, match="fedsteer_lambda is a method's setting"):
+        cfg.replace(fedsteer_lambda=2)
+    with pytest.raises(AttributeError, match=r"no attribute 'fedsteer_core': the setting is cfg.method_args\['core'\]"):
+        cfg.fedsteer_core  # noqa: B018
+    # a stored config of an earlier version: another method's setting never changed its run; dropped, and said
     with pytest.warns(FutureWarning, match=r"head_sparsity=0.3\) is ignored: method 'fedavg' has no such setting.*"
                                            r"head_pruning"):
-        assert ff.Config(head_sparsity=0.3).method_args == {}
+        assert ff.Config.from_dict({"head_sparsity": 0.3}).method_args == {}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ff.Config(method="fedavg", method_args={})
@@ -225,15 +225,22 @@ def test_a_component_setting_is_a_keyword_an_attribute_and_only_stored_when_chan
     assert cfg.prox_mu == 0.1 and cfg.server_lr == 1.0 and cfg.freeze_patience == 3  # a default when not given
     assert cfg.components == {"prox_mu": 0.1, "server_lr": 1.0}
     assert ff.Config(prox_mu=0.01).components == {}  # the default is no change
-    assert ff.Config(components={"prox_mu": 0.1}) == ff.Config(prox_mu=0.1)
     again = cfg.replace(prox_mu=0.2)
     assert again.components == {"prox_mu": 0.2, "server_lr": 1.0} and cfg.prox_mu == 0.1
-    assert cfg.replace(components={}).components == {}
-    assert ff.Config.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match=r"components: no component has the setting\(s\) \['prox_nu'\]"):
-        ff.Config(components={"prox_nu": 0.1})
+    assert cfg.replace(prox_mu=0.01).components == {"server_lr": 1.0}  # back to the default: no change
+    assert cfg.replace(method="fedavg").components == cfg.components  # a component's setting is not the method's
+    # one spelling in a file too: to_dict writes the changed ones by name beside the fields, and reads them back
+    stored = cfg.to_dict()
+    assert stored["prox_mu"] == 0.1 and "components" not in stored and "freeze_patience" not in stored
+    assert ff.Config.from_dict(stored) == cfg
+    with pytest.raises(ValueError, match=r"components is read only: give a component's setting by its name"):
+        ff.Config(components={"prox_mu": 0.1})
+    with pytest.raises(ValueError, match=r"components is read only"):
+        cfg.replace(components={})
     with pytest.raises(ValueError, match="prox_mu must be >= 0"):
         ff.Config(prox_mu=-1)
+    with pytest.raises(TypeError, match="prox_nu"):
+        ff.Config(prox_nu=0.1)
 
 
 def test_a_stored_config_with_component_settings_as_fields_loads_with_its_key():
@@ -243,9 +250,14 @@ def test_a_stored_config_with_component_settings_as_fields_loads_with_its_key():
 
     new = ff.Config(method="fedfrozen_plateau", freeze_tau=0.05, pretrain_epochs=2, init="pretrained",
                     train_subset=1000)
-    old = {k: v for k, v in new.to_dict().items() if k != "components"}
+    old = new.to_dict()
     old.update({flat: getattr(new, flat) for flat in ff.methods.component_settings()})  # every one, as fields were
     assert ff.Config.from_dict(old) == new and config_key(ff.Config.from_dict(old)) == config_key(new)
+    between = {k: v for k, v in new.to_dict().items() if k not in new.components}  # as the last version stored it
+    between["components"] = dict(new.components)
+    assert ff.Config.from_dict(between) == new
+    with pytest.raises(ValueError, match=r"unknown Config field\(s\) \['prox_nu'\]"):
+        ff.Config.from_dict({"components": {"prox_nu": 0.1}})
     content = {"config": {"method": "fedfrozen_plateau", "freeze_tau": 0.05, "pretrain_epochs": 2, "init": "pretrained",
                           "train_subset": 1000, "local_epochs": 1}, "version": ff.__version__}  # the changed fields
     import hashlib

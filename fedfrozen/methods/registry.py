@@ -104,7 +104,7 @@ def settings_class(name: str) -> type:
 
 
 def flat_names(cls) -> dict:
-    """setting name -> its flat spelling (`{prefix}_{name}`: the deprecated Config keyword, the cache key's name,
+    """setting name -> its flat spelling (`{prefix}_{name}`: the flag's name, the cache key's name,
     the command-line flag with dashes) for settings class `cls`."""
     return {name: flat_name(cls, name) for name in cls.fields()}
 

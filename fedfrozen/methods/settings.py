@@ -11,9 +11,10 @@
 
 A run gives them as `Config(method="fedsteer", method_args={"core": 5})`; the command line as
 `fedfrozen run --method fedsteer --fedsteer-core 5` (flags and their --help generated from these fields).
-The flat name `{prefix}_{field}` (e.g. `fedsteer_core`, where a field is declared) is the setting's one other
-spelling: the deprecated Config keyword of earlier versions, and the name the results cache keys it by, so
-cached runs stay found. A trailing underscore (`lambda_`) only avoids a Python keyword; the name is `lambda`.
+The flat name `{prefix}_{field}` (e.g. `fedsteer_core`, where a field is declared) is the command line's flag and
+the name the results cache keys it by, so runs cached when it was a Config field stay found; as a Config keyword it is
+refused with this spelling (one spelling a setting; stored configs of earlier versions are still read). A trailing
+underscore (`lambda_`) only avoids a Python keyword; the name is `lambda`.
 """
 
 from __future__ import annotations
