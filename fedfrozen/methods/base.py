@@ -16,7 +16,7 @@ the order of events; at each point where methods differ it calls a hook:
       anchor_coeff()                              the local objective's prox weight this round
       per sampled client i, before it trains:
         client_mask(r, i)                         finer per-client trainable mask over the flat vector (None: all)
-        init_client(r, i, opt, mask)              client optimiser state / pre-training work (SCAFFOLD option I)
+        init_client(r, i, opt, mask)              the local optimiser's state and rule; pre-training (SCAFFOLD I)
         client_forward(r, i)                      None, or a forward(batch indices, inputs) replacing the model's
         correction(i)                             the local objective's gradient correction (SCAFFOLD, FedDyn)
       (the client trains; under the batched engine every client of a chunk passes the hooks above first)
@@ -261,8 +261,10 @@ class Method:
         self.local.begin_round()
 
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
-        """Before client `cid` trains (the model holds the global weights, `opt` a fresh state; None under
-        the batched engine, whose clients of a chunk all pass here before any of them trains)."""
+        """Before client `cid` trains (the model holds the global weights, `opt` a fresh state and the run's
+        local update rule, which a method may transform for this client: `opt.rule = dataclasses.replace(opt.rule,
+        ...)`, fedfrozen.update; None under the batched engine, whose clients of a chunk all pass here before any of
+        them trains)."""
         self.local.before_client(r, cid, self.s, mask)
 
     def client_forward(self, r: int, cid: int):
