@@ -120,8 +120,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
     values = _load_config_file(args.config) if args.config else {}
     earlier = sorted(k for k in values if k == "components" or k in methods.flat_settings())
     if earlier:  # a stored config of an earlier version reads as it did; a file written by hand says it once
-        warnings.warn(f"--config {args.config!r}: {', '.join(earlier)} is an earlier version's spelling; this version "
-                      f"writes a component's setting by its name (prox_mu: 0.1) and a method's in method_args",
+        verb = "is" if len(earlier) == 1 else "are"
+        warnings.warn(f"--config {args.config!r}: {', '.join(earlier)} {verb} an earlier version's spelling; this "
+                      f"version writes a component's setting by its name (prox_mu: 0.1) and a method's in method_args",
                       FutureWarning, stacklevel=2)
     for name, _, _ in settings():
         v = getattr(args, name)

@@ -294,3 +294,21 @@ def test_a_component_must_be_a_settings_class_with_a_prefix_and_new_names():
     with pytest.raises(ValueError, match=r"\['prox_mu'\] already belong to another component"):
         component(Clash)
     assert ff.methods.component_settings()["prox_mu"][0].__name__ == "ProxSettings"  # nothing registered
+
+
+def test_a_yaml_file_holds_the_one_spelling_and_an_earlier_ones_is_said(tmp_path):
+    """to_dict's form written as YAML reads back through --config with no warning; a file in an earlier version's
+    spelling (a components dict, a method's flat name) still reads, and the command line says so once."""
+    yaml = pytest.importorskip("yaml")
+    cfg = ff.Config(method="fedsteer", method_args={"core": 3}, prox_mu=0.1, n_clients=6)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    assert "prox_mu: 0.1" in path.read_text() and "components" not in path.read_text()
+    parser = cli.build_parser()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.config_from_args(parser.parse_args(["run", "--config", str(path)])) == cfg
+    earlier = tmp_path / "earlier.yaml"
+    earlier.write_text("method: fedsteer\nn_clients: 6\nfedsteer_core: 3\ncomponents: {prox_mu: 0.1}\n")
+    with pytest.warns(FutureWarning, match="components, fedsteer_core are an earlier version's spelling"):
+        assert cli.config_from_args(parser.parse_args(["run", "--config", str(earlier)])) == cfg
