@@ -146,6 +146,11 @@ class FlatOptimizer:
 
     def __init__(self, flat: FlatParams, rule: UpdateRule | None = None, trainable: torch.Tensor | None = None,
                  model=None):
+        if rule is not None and not isinstance(rule, UpdateRule):
+            raise TypeError(f"rule must be an UpdateRule (e.g. UpdateRule.from_config(cfg)); got {type(rule).__name__}")
+        if trainable is not None and (not torch.is_tensor(trainable) or trainable.shape != flat.data.shape):
+            raise ValueError(f"trainable must be a 0/1 mask over the flat buffer ({flat.numel} entries) or None; got "
+                             f"{tuple(trainable.shape) if torch.is_tensor(trainable) else type(trainable).__name__}")
         self.flat, self.base = flat, rule or UpdateRule()
         self.rule = self.base
         self.slices = [slice(0, flat.numel)] if trainable is None else mask_slices(trainable)

@@ -119,6 +119,10 @@ def test_bad_rules_are_refused():
         UpdateRule("adam")
     with pytest.raises(ValueError, match="transform the Adam core; the optimizer is 'sgd'"):
         UpdateRule("sgd", coupled_decay=1e-3)
+    with pytest.raises(TypeError, match="rule must be an UpdateRule"):
+        FlatOptimizer(flat, [slice(0, 10)])  # the slices of earlier versions: the trainable mask decides now
+    with pytest.raises(ValueError, match=r"trainable must be a 0/1 mask over the flat buffer"):
+        FlatOptimizer(flat, trainable=torch.ones(3))
     sgd = FlatOptimizer(flat, UpdateRule("sgd"))
     with pytest.raises(ValueError, match="SGD; it has no second moments"):
         sgd.start_from(torch.zeros(flat.numel), 1)
