@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import typing
 import warnings
@@ -309,6 +310,13 @@ def _init(self, *args, **kwargs):
         raise ValueError(f"{key} is a method's setting: give it as method_args={{{setting!r}: ...}} (of "
                          f"{', '.join(methods.methods_with(owner))}; command line: --{key.replace('_', '-')})")
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.component_settings()}
+    unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(Config) if f.init})
+    if unknown:
+        names = [name for name, _, _ in settings()]
+        near = {k: difflib.get_close_matches(k, names, n=2) for k in unknown}
+        hint = "; ".join(f"{k}: did you mean {' or '.join(v)}?" for k, v in near.items() if v)
+        raise ValueError(f"Config has no setting(s) {unknown}" + (f" ({hint})" if hint else "")
+                         + " (fedfrozen run --help lists them all)")
     self.components = methods.check_components(given)  # before the checks of __post_init__, which read them
     _generated_init(self, *args, **kwargs)
 

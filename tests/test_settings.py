@@ -239,7 +239,7 @@ def test_a_component_setting_is_a_keyword_an_attribute_and_only_stored_when_chan
         cfg.replace(components={})
     with pytest.raises(ValueError, match="prox_mu must be >= 0"):
         ff.Config(prox_mu=-1)
-    with pytest.raises(TypeError, match="prox_nu"):
+    with pytest.raises(ValueError, match=r"no setting\(s\) \[.prox_nu.\] \(prox_nu: did you mean prox_mu\?\)"):
         ff.Config(prox_nu=0.1)
 
 
