@@ -44,7 +44,7 @@ def settings() -> list[tuple]:
     every component's settings by flat name (the command line's flags, Flower's keys)."""
     out = []
     for f in dataclasses.fields(Config):
-        if not f.init:  # components: its settings follow, by flat name
+        if f.name == "_components":  # its settings follow, by flat name
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         out.append((f.name, f.metadata, default))
@@ -125,9 +125,9 @@ class Config:
                                           choices=lambda: tuple(methods.FREEZE_SCHEDULES))
     method_args: dict = setting(help='the method\'s own settings, e.g. {"core": 5} for fedsteer (fedfrozen methods '
                                 "--settings)", factory=dict)
-    # the components' settings that differ from their defaults, by flat name: set by keyword (Config(prox_mu=0.1)),
-    # never given as a dict (one spelling), checked by their declarations
-    components: dict = dataclasses.field(init=False, metadata={"help": "the changed component settings (read only)"})
+    # the components' settings that differ from their defaults, by flat name: given by keyword (Config(prox_mu=0.1)),
+    # read as cfg.prox_mu or, all of them, cfg.components (one spelling: never given as a dict; a copy carries it)
+    _components: dict = setting(help="the changed component settings (internal: give them by name)", factory=dict)
     # --- starting point ---
     init: str = setting("random", "random | public (server pre-trains on the public split) | pretrained (on images "
                         "outside train_subset; fedfrozen.pretrain) | path to a state_dict")
@@ -159,13 +159,18 @@ class Config:
         method's setting is read from cfg.method_args (or, typed, from the method's `settings`): its flat name
         (`cfg.fedsteer_core`) is only the flag's, and the AttributeError says so."""
         if not name.startswith("_") and name in methods.component_settings():
-            return (self.__dict__.get("components") or {}).get(name, methods.component_settings()[name][1].default)
+            return (self.__dict__.get("_components") or {}).get(name, methods.component_settings()[name][1].default)
         if not name.startswith("_") and name in methods.flat_settings():
             owner, setting = methods.flat_settings()[name]
             raise AttributeError(f"Config has no attribute {name!r}: the setting is cfg.method_args[{setting!r}] "
                                  f"(of {', '.join(methods.methods_with(owner))}; --{name.replace('_', '-')} on the "
                                  f"command line)")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def components(self) -> dict:
+        """The component settings that differ from their defaults, by flat name (read only: a copy)."""
+        return dict(self._components)
 
     def _check_fields(self) -> None:
         """Every field by its own declaration (`setting`: type, range, choices; methods/settings.check_value), its
@@ -221,7 +226,7 @@ class Config:
     def to_dict(self) -> dict:
         """The Config as a JSON or YAML file holds it, in the one spelling: every field by name (freeze a list) and
         the changed component settings by flat name beside them (`prox_mu: 0.1`)."""
-        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "_components"}
         d["freeze"] = list(self.freeze)
         return d | dict(self.components)
 
@@ -230,7 +235,7 @@ class Config:
         """A Config from `to_dict`'s form; a stored dict of an earlier version is read too, without a warning:
         component settings as a `components` dict or as fields at their defaults, method settings as flat fields
         (`fedsteer_core`, moved into method_args)."""
-        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        names = {f.name for f in dataclasses.fields(cls)} - {"_components"}
         d = dict(d)
         stored = d.pop("components", None) or {}
         if not isinstance(stored, dict):
@@ -251,7 +256,7 @@ class Config:
         if changes.get("method", self.method) != self.method and "method_args" not in changes:
             changes["method_args"] = {}
         _refuse_components(changes)
-        return dataclasses.replace(self, **{**self.components, **changes})
+        return dataclasses.replace(self, **changes)  # (_components is copied, the flat names in changes go over it)
 
 
 def _refuse_components(kwargs: dict) -> None:
@@ -310,14 +315,15 @@ def _init(self, *args, **kwargs):
         raise ValueError(f"{key} is a method's setting: give it as method_args={{{setting!r}: ...}} (of "
                          f"{', '.join(methods.methods_with(owner))}; command line: --{key.replace('_', '-')})")
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in methods.component_settings()}
-    unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(Config) if f.init})
+    unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(Config)})
     if unknown:
         names = [name for name, _, _ in settings()]
         near = {k: difflib.get_close_matches(k, names, n=2) for k in unknown}
         hint = "; ".join(f"{k}: did you mean {' or '.join(v)}?" for k, v in near.items() if v)
         raise ValueError(f"Config has no setting(s) {unknown}" + (f" ({hint})" if hint else "")
                          + " (fedfrozen run --help lists them all)")
-    self.components = methods.check_components(given)  # before the checks of __post_init__, which read them
+    # a copy (Config.replace, dataclasses.replace) carries the changed ones in _components: the given go over them
+    kwargs["_components"] = methods.check_components({**(kwargs.get("_components") or {}), **given})
     _generated_init(self, *args, **kwargs)
 
 

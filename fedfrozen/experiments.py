@@ -82,7 +82,7 @@ def _defaults(config_cls) -> dict:
     import dataclasses
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                for f in dataclasses.fields(config_cls) if f.init}
+                for f in dataclasses.fields(config_cls)}
     return defaults | {"freeze": list(defaults["freeze"])}
 
 

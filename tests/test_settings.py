@@ -237,6 +237,9 @@ def test_a_component_setting_is_a_keyword_an_attribute_and_only_stored_when_chan
         ff.Config(components={"prox_mu": 0.1})
     with pytest.raises(ValueError, match=r"components is read only"):
         cfg.replace(components={})
+    assert dataclasses.replace(cfg, seed=1).components == cfg.components  # a copy carries them
+    cfg.components["prox_mu"] = 9.0  # a copy: the Config does not change
+    assert cfg.prox_mu == 0.1
     with pytest.raises(ValueError, match="prox_mu must be >= 0"):
         ff.Config(prox_mu=-1)
     with pytest.raises(ValueError, match=r"no setting\(s\) \[.prox_nu.\] \(prox_nu: did you mean prox_mu\?\)"):
