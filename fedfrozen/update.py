@@ -215,14 +215,15 @@ class FlatOptimizer:
         self.t += 1
         lr = lr * rule.lr_scale
         rule.gradient(self.flat.grad, self.mask)
+        coupled = self.mask if rule.coupled_decay else None  # (sliced per step only where transform 3 is on)
         if rule.direction is not None:
             for s, (p, g, m, v) in zip(self.slices, self.views()):
-                adam_moments(m, v, rule.coupled(g, p, None if self.mask is None else self.mask[s]), rule.betas)
+                adam_moments(m, v, rule.coupled(g, p, None if coupled is None else coupled[s]), rule.betas)
             rule.direction(self, lr)
         else:
             decay = self._decay_factor(lr)
             for s, (p, g, m, v) in zip(self.slices, self.views()):
-                g = rule.coupled(g, p, None if self.mask is None else self.mask[s])
+                g = rule.coupled(g, p, None if coupled is None else coupled[s])
                 rule.apply(p, g, m, v, self.t, lr, None if decay is None else decay[s])
         if rule.after_step is not None:
             rule.after_step()

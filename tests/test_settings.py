@@ -244,6 +244,8 @@ def test_a_component_setting_is_a_keyword_an_attribute_and_only_stored_when_chan
         ff.Config(prox_mu=-1)
     with pytest.raises(ValueError, match=r"no setting\(s\) \[.prox_nu.\] \(prox_nu: did you mean prox_mu\?\)"):
         ff.Config(prox_nu=0.1)
+    with pytest.raises(ValueError, match=r"components: no component has the setting\(s\) \['prox_nu'\]"):
+        ff.methods.check_components({"prox_nu": 0.1})  # the public validator a Config's names go through
 
 
 def test_a_stored_config_with_component_settings_as_fields_loads_with_its_key():
