@@ -87,6 +87,9 @@ class Config:
                                   "the whole draw) | deal (deal them at random first, then one draw; for "
                                   "federations no draw can fill, e.g. 1,000 clients at alpha 0.1)",
                                   choices=MIN_SIZE_RULES)
+    dirichlet_balance: bool = setting(True, "dirichlet: NIID-Bench's balancing (a client past an equal share is dealt "
+                                      "no more; the default) | False: the plain per-class draw (docs/claims.md, "
+                                      "FedAvg's level)")
     n_clients: int = setting(10, "number of clients N", lo=1)
     clients_per_round: int | None = setting(None, "|S| sampled per round (None: all clients)", lo=1)
     participation: str = setting("uniform", "full | uniform (clients_per_round drawn each round) | skewed "
@@ -195,6 +198,9 @@ class Config:
                 raise ValueError(f"participation='skewed': the likelier clients would join with probability "
                                  f"{p_max:.3g} > 1 (participation_rate {self.participation_rate}, participation_skew "
                                  f"{self.participation_skew}); lower one of them")
+        if not self.dirichlet_balance and self.partition != "dirichlet":
+            raise ValueError(f"dirichlet_balance=False is a rule of partition 'dirichlet'; got partition "
+                             f"{self.partition!r}")
         if self.local_epochs is not None and self.local_steps is not None:
             raise ValueError("give exactly one of local_epochs and local_steps, not both")
         if self.lr_warmup_rounds >= self.rounds and self.lr_warmup_rounds:

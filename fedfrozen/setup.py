@@ -72,7 +72,7 @@ class Setup:
                              f"left for clients")
         parts = partition.make(cfg.partition, labels[pool], cfg.n_clients, seed=cfg.seed, alpha=cfg.alpha,
                                classes_per_client=cfg.classes_per_client, min_size=cfg.min_client_samples,
-                               min_size_by=cfg.min_samples_by)
+                               min_size_by=cfg.min_samples_by, balance=cfg.dirichlet_balance)
         self.client_train, self.client_eval = [], []
         for part in parts:
             idx = rng.permutation(pool[part])

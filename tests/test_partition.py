@@ -105,3 +105,54 @@ def test_parse_spec():
 def test_parse_spec_rejects_bad_numbers():
     with pytest.raises(ValueError, match="partition spec"):
         P.parse_spec("shards:two")
+
+
+def _plain_dirichlet(labels, n_clients, alpha, seed):
+    """The per-class Dirichlet draw with no balancing, written out: each class's samples, in a random order, cut at
+    the cumulative Dir(alpha) proportions (the draw a plain FedAvg reference uses; tools/reference_fedavg.py)."""
+    rng = np.random.default_rng(seed)
+    owner = np.empty(labels.size, dtype=np.int64)
+    for c in range(labels.max() + 1):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        p = rng.dirichlet(np.full(n_clients, alpha))
+        cuts = (np.cumsum(p) * idx.size).astype(np.int64)[:-1]
+        owner[idx] = np.repeat(np.arange(n_clients), np.diff(np.concatenate(([0], cuts, [idx.size]))))
+    return [np.flatnonzero(owner == i) for i in range(n_clients)]
+
+
+def test_dirichlet_without_balance_is_the_plain_per_class_draw():
+    labels = np.random.default_rng(3).integers(0, 10, 5000)
+    got = P.dirichlet(labels, 20, 0.5, seed=7, min_size=1, balance=False)
+    want = _plain_dirichlet(labels, 20, 0.5, seed=7)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    # NIID-Bench's balancing (the default) deals a client nothing more once it holds an equal share: a different split
+    balanced = P.dirichlet(labels, 20, 0.5, seed=7, min_size=1)
+    assert not all(np.array_equal(a, b) for a, b in zip(balanced, want))
+
+
+def test_balance_caps_what_a_full_client_is_dealt():
+    """With balancing, a client is dealt a class only while it holds less than an equal share: its size before its
+    last class is below n / n_clients; without it, some client at alpha 0.1 is dealt past that."""
+    labels = np.repeat(np.arange(10), 300)
+    share = labels.size / 30
+    for balance, capped in ((True, True), (False, False)):
+        parts = P.dirichlet(labels, 30, 0.1, seed=1, min_size=1, balance=balance)
+        counts = P.label_counts(labels, parts)
+        before_last = [row.sum() - row[np.flatnonzero(row)[-1]] for row in counts]
+        assert (max(before_last) < share) == capped
+
+
+def test_balance_is_a_rule_of_the_dirichlet_partition():
+    with pytest.raises(ValueError, match="balance"):
+        P.make("iid", np.zeros(10, dtype=int), 2, balance=False)
+
+
+def test_config_dirichlet_balance_default_keeps_keys_and_refuses_other_partitions():
+    import fedfrozen as ff
+    from fedfrozen.experiments import config_key
+
+    base = ff.Config(partition="dirichlet", alpha=0.1)
+    assert config_key(base) == config_key(base.replace(dirichlet_balance=True))  # the default: cached runs stay
+    assert config_key(base) != config_key(base.replace(dirichlet_balance=False))
+    with pytest.raises(ValueError, match="dirichlet_balance"):
+        ff.Config(partition="iid", dirichlet_balance=False)

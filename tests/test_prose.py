@@ -98,7 +98,7 @@ def test_a_notebook_quotes_only_its_committed_rows(nb):
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/claims.md"])
 def test_the_front_page_and_the_claims_quote_only_committed_rows(doc):
-    every = tables("0", "1")
+    every = tables("0", "1", "fedavg_level")
     rows = pd.concat([family(), *every], ignore_index=True)
     text = (ROOT / doc).read_text()
     if "## Reproducing on your machine" in text:  # its verify transcript quotes digits retrained on one machine

@@ -1,0 +1,62 @@
+"""tools/reference_fedavg.py: a FedAvg written apart from the package (docs/claims.md, "FedAvg's level"). It must import
+nothing from fedfrozen, read IDX files as torchvision writes them, and give the same numbers for the same seed."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import reference_fedavg as ref  # noqa: E402
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def tiny_fmnist(tmp_path):
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 400), ("t10k", 100)):
+        labels = np.arange(n) % 10
+        images = (rng.random((n, 28, 28)) * 60 + labels[:, None, None] * 19).astype(np.uint8)  # learnable by class
+        _write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", images)
+        _write_idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", labels)
+    return tmp_path
+
+
+def test_it_imports_nothing_from_fedfrozen():
+    tree = ast.parse((ROOT / "tools" / "reference_fedavg.py").read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not [n for n in names if n.split(".")[0] == "fedfrozen"]
+
+
+def test_it_reads_idx_files_and_splits_every_image_once(tiny_fmnist):
+    xs, ys, xt, yt = ref.load_fashion_mnist([str(tiny_fmnist)])
+    assert tuple(xs.shape) == (400, 1, 28, 28) and tuple(xt.shape) == (100, 1, 28, 28)
+    assert ys.tolist() == [i % 10 for i in range(400)]
+    parts = ref.dirichlet_split(ys.numpy(), 8, 0.1, np.random.default_rng(1), cap=True)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(400))
+    with pytest.raises(SystemExit, match="IDX files"):
+        ref.load_fashion_mnist([str(tiny_fmnist / "missing")])
+
+
+def test_a_seed_gives_the_same_numbers_and_they_are_accuracies(tiny_fmnist, tmp_path):
+    args = ["--data", str(tiny_fmnist), "--seeds", "3", "--rounds", "30", "--clients", "4", "--per-round", "2",
+            "--subset", "200", "--val-fraction", "0.1", "--client-holdout", "0.1", "--cap"]
+    out = [tmp_path / "a.csv", tmp_path / "b.csv"]
+    for path in out:
+        assert ref.main([*args, "--out", str(path)]) == 0
+    assert out[0].read_text() == out[1].read_text()
+    row = dict(zip(*[line.split(",") for line in out[0].read_text().splitlines()]))
+    assert 0.0 <= float(row["late10"]) <= 1.0 and float(row["acc_30"]) > 0.3  # the tiny task is learnable
