@@ -1,6 +1,6 @@
 """FedAvg's level against a plain FedAvg (docs/claims.md, "FedAvg's level"), from its committed per-seed rows.
 
-    python tools/fedavg_level.py      # reads figures/fedavg_level_per_seed.csv; prints the table of docs/claims.md
+    python tools/fedavg_level.py      # reads figures/fedavg_level_runs.csv; prints the table of docs/claims.md
                                       # and writes figures/fedavg_level_verdicts.csv (the plain draw's C1 pair)
 
 The rows come from `tools/reference_fedavg.py` (a FedAvg in torch and timm alone, with switches that add the
@@ -16,7 +16,7 @@ import pandas as pd
 
 from fedfrozen import plots, verdicts
 
-PER_SEED = plots.project_root() / "figures" / "fedavg_level_per_seed.csv"
+PER_SEED = plots.project_root() / "figures" / "fedavg_level_runs.csv"
 
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:

@@ -22,49 +22,82 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedfrozen import plots  # noqa: E402
 from fedfrozen import tables as ff_tables  # noqa: E402
 
-# C1, C2, C3, C4 (and C4's drift family), then notebook 03's controlled cells (§ 3): each NN_verdicts.csv with the
-# per-seed table NN_per_seed.csv it follows from
-NOTEBOOKS = ("03", "04", "05", "06", "06_drift", "03_controls")
-# one comparison, whichever notebook wrote it: the same measure over the same runs (their cache keys; one trained
-# again on another machine is the same comparison, counted once with the first notebook's digits)
-SAME = ["measure", "runs"]
+# The README's family, one definition: every comparison of the notebooks its table draws from (03-06: their verdict
+# tables, 06's drift family, 03 § 3's controlled cells and its rates), each hypothesis once. A hypothesis is the
+# measure and, for each arm, the configs of its runs up to the seed (and what the per-seed table measures in them:
+# MEASURE_SELECTORS); a comparison two tables make on the same hypothesis (notebook 04's T0 = 25% is 03's FedFrozen −
+# FedAvg; 03 § 3's Dir 0.05 cells re-use 04's α 0.05 runs) counts once, as the row with the most seeds (the first
+# table's, at equal n). Within one table every row is its own comparison. FAMILY says it in words under the table.
+NOTEBOOKS = ("03", "04", "05", "06", "06_drift", "03_controls", "03_rate_sensitivity")
+# the per-seed table and the configs each verdict table follows from (where they are not its own name's)
+SOURCES = {"06_drift": ("06_drift", "06"), "03_rate_sensitivity": ("03_controls", "03_controls")}
+# per-seed columns that choose what is measured in a run, not which run (06's drift of each group)
+MEASURE_SELECTORS = ("group",)
+FAMILY = ("The family: every comparison of notebooks 03–06 (their verdict tables, 06's drift of each group against "
+          "Q/K's, 03 § 3's controlled cells and its rates), each hypothesis once (the same measure on arms whose "
+          "configs agree up to the seed counts once, with its most seeds): {n} comparisons, Holm at 0.05.")
+
+
+def _configs(folder, name: str) -> dict:
+    """key -> the run's config without its seed and where its data lives (config.WHERE_FIELDS), as JSON."""
+    from fedfrozen.config import WHERE_FIELDS
+
+    out = {}
+    for line in (folder / f"{name}_configs.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        cfg = {k: v for k, v in row["config"].items() if k != "seed" and k not in WHERE_FIELDS}
+        out[row["key"]] = json.dumps(cfg, sort_keys=True)
+    return out
+
+
+def _hypothesis(rows: pd.DataFrame, configs: dict) -> str:
+    """One arm's hypothesis: the set of its runs' configs up to the seed, with what it measures in them."""
+    selectors = [c for c in MEASURE_SELECTORS if c in rows.columns]
+    return json.dumps(sorted({(configs[k], *[str(v) for v in sel]) for k, *sel in
+                              rows[["key", *selectors]].itertuples(index=False)}))
 
 
 def verdicts(profile: str) -> pd.DataFrame:
-    """The claim notebooks' verdict tables, concatenated in claim order, each row with the cache keys of its two
-    arms (`runs`: JSON); a missing table is named."""
+    """The claim notebooks' verdict tables, concatenated in claim order, each row with its hypothesis (`hypothesis`:
+    the measure and both arms' configs up to the seed, JSON); a missing table is named."""
     folder = plots.figures_dir(profile)
     frames = []
     for nb in NOTEBOOKS:
-        path, runs_path = folder / f"{nb}_verdicts.csv", folder / f"{nb}_per_seed.csv"
-        for p in (path, runs_path):
+        runs_name, configs_name = SOURCES.get(nb, (nb, nb))
+        path, runs_path = folder / f"{nb}_verdicts.csv", folder / f"{runs_name}_per_seed.csv"
+        configs_path = folder / f"{configs_name}_configs.jsonl"
+        for p in (path, runs_path, configs_path):
             if not p.exists():
                 raise FileNotFoundError(f"{p} is missing: run notebook {nb[:2]} at the {profile} profile first")
         table, runs = pd.read_csv(path, index_col=0), pd.read_csv(runs_path, index_col=0)
-        table["runs"] = [json.dumps([sorted(ff_tables.arm_rows(runs, json.loads(v.by), json.loads(lab))["key"])
-                                     for lab in (v.a, v.b)]) for v in table.itertuples(index=False)]
+        configs = _configs(folder, configs_name)
+        table["hypothesis"] = [json.dumps([v.measure, *[_hypothesis(ff_tables.arm_rows(runs, json.loads(v.by),
+                                                                                       json.loads(lab)), configs)
+                                                        for lab in (v.a, v.b)]])
+                               for v in table.itertuples(index=False)]
         frames.append(table.assign(source=nb))
     return pd.concat(frames, ignore_index=True)
 
 
 def readme_family(df: pd.DataFrame) -> pd.DataFrame:
-    """Every verdict of 03-06 judged as one family (the README's): the notebook's own Holm columns are replaced by
-    the family's, and each row gets its 95% interval's ends (`low`, `high`: an unresolved row's bound). A comparison
-    two notebooks both make (the same measure on the same runs, `SAME`: notebook 04's T0 = 25% is notebook 03's
-    FedFrozen − FedAvg) counts once, under the first notebook that makes it."""
-    raw = df.drop(columns=[c for c in ff_tables.ADJUSTED_COLUMNS if c in df.columns])
-    # a row is another notebook's comparison again when an earlier notebook made it on the same runs (within one
-    # table rows are distinct comparisons even on the same runs: 06's drift of each group against Q/K's)
-    seen, keep = {}, []
-    for row in raw.itertuples(index=False):
-        first = seen.setdefault((row.measure, row.runs), row.source)
-        keep.append(first == row.source)
-    raw = raw[keep].drop(columns=["runs", "source"]).reset_index(drop=True)
+    """Every verdict of 03-06 judged as one family (the README's; FAMILY): each hypothesis once, the notebook's own
+    Holm columns replaced by the family's, and each row with its 95% interval's ends (`low`, `high`: an unresolved
+    row's bound)."""
+    raw = df.drop(columns=[c for c in ff_tables.ADJUSTED_COLUMNS if c in df.columns]).reset_index(drop=True)
+    keep = {}  # hypothesis -> the row that stands for it: most seeds, then the first table's
+    for i, row in enumerate(raw.itertuples(index=False)):
+        j = keep.get(row.hypothesis)
+        if j is not None and raw.at[j, "source"] == row.source:
+            keep[(row.hypothesis, i)] = i  # within one table, every row is its own comparison
+        elif j is None or row.n > raw.at[j, "n"]:
+            keep[row.hypothesis] = i
+    raw = raw.loc[sorted(keep.values())].drop(columns=["hypothesis", "source"]).reset_index(drop=True)
     out = ff_tables.adjust(raw)
     out["low"], out["high"] = out["d"] - out["half_width"], out["d"] + out["half_width"]
     out["half_width_holm"] = [ff_tables.adjusted_half_width(*r) for r in
@@ -97,8 +130,7 @@ README_ROWS = [
     ("C1", "pretrained + constant, Dir 0.1", [
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained", "accuracy"),
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained: oscillation", "oscillation")]),
-    ("C1", "five local epochs, Dir 0.1", [("FedFrozen T0 25% − FedAvg, local5, Dir 0.1", "scratch, 15 seeds"),
-                                          ("FedFrozen − FedAvg, dirichlet:0.1, local5", "scratch, 5 seeds"),
+    ("C1", "five local epochs, Dir 0.1", [("FedFrozen T0 25% − FedAvg, local5, Dir 0.1", "scratch"),
                                           ("FedFrozen − FedAvg, dirichlet:0.1, local5_pretrained", "pretrained")]),
     ("C1 against the baselines", "base, Dir 0.1, AdamW", [
         ("FedFrozen − FedProx (AdamW), dirichlet:0.1", "− FedProx"),
@@ -127,7 +159,8 @@ README_ROWS = [
                                    ("attn_out drift − Q/K drift, FedAvg, pretrained", "output − Q/K")]),
     ("C4 freezing each group", "base, Dir 0.1", [("freeze V − FedAvg", "freeze V"),
                                                  ("freeze all attention − FedAvg", "all attention")]),
-    ("C4 freezing each group", "pretrained, Dir 0.1", [("freeze Q/K (FedFrozen) − FedAvg, pretrained", "freeze Q/K"),
+    ("C4 freezing each group", "pretrained, Dir 0.1", [("FedFrozen − FedAvg, dirichlet:0.1, pretrained",
+                                                        "freeze Q/K (C1's row)"),
                                                        ("freeze all attention − FedAvg, pretrained", "all attention")]),
 ]
 # the direction in which each claim's rows would reproduce it (C3: drift lower; its accuracy rows bound the cost)
@@ -159,24 +192,39 @@ def _words(claim: str, rows, labels) -> str:
         costs = sum(r.verdict_holm == "lower" for r in rows)
         return f"freezing costs: {costs} of {len(rows)} lower after Holm, none higher"
     if claim.startswith("C3"):  # both halves: drift cut after Holm, and an accuracy cost within the margin
-        cut = [r for r in rows if r.measure == "drift_v" and r.verdict_holm == "lower"]
+        drift = [(r, label) for r, label in zip(rows, labels) if r.measure == "drift_v"]
+        cut = [label for r, label in drift if r.verdict_holm == "lower"]
         costs = [(-100 * r.low, label) for r, label in zip(rows, labels) if r.measure == "late_acc"]
         if cut:
             cost, label = max(costs)
+            where = "at " + " and ".join(c.split(", ")[-1] for c in cut)
+            others = [f"{label.split(', ')[-1]}: {_outcome(r, direction)}" for r, label in drift if label not in cut]
+            where += f" ({'; '.join(others)})" if others else ""
             if cost <= C3_MARGIN:
-                return "**reproduced**"
-            return (f"**not reproduced**: drift cut after Holm, but {label.split(', ')[-1]} costs up to {cost:.2f} "
-                    f"points (margin {C3_MARGIN:g})")
-    if main.verdict_holm == direction:
-        return "**reproduced**"
-    if main.verdict_holm in ("higher", "lower"):
-        return f"**not reproduced**: {main.verdict_holm}"
-    if main.verdict in ("higher", "lower"):
-        return f"**not reproduced**: {main.verdict} alone, not after Holm"
-    scale, unit = (1, "") if main.measure == "drift_v" else (100, " points")
-    bound = main.high if direction == "higher" else -main.low
-    return (f"**not reproduced**: no {'gain' if direction == 'higher' else 'cut'} above {scale * bound:.2f}{unit} "
-            f"(detects {scale * main.detectable:.2f})")
+                return f"**reproduced**: drift cut after Holm {where}"
+            return (f"**not reproduced**: drift cut after Holm {where}, but {label.split(', ')[-1]} costs up to "
+                    f"{cost:.2f} points (margin {C3_MARGIN:g})")
+    head = "**reproduced**" if main.verdict_holm == direction else "**not reproduced**"
+    said = _outcome(main, direction)
+    # the row's other comparisons of the same measure, where they say something else (each with its own bound)
+    others = [f"{label}: {_outcome(r, direction)}" for r, label in zip(rows[1:], labels[1:])
+              if r.measure == main.measure and (_outcome(r, direction) != said or said.startswith("no "))]
+    if others:
+        return f"{head}: {labels[0]}: {said}; " + "; ".join(others)
+    return f"{head}: {said}" if main.verdict_holm != direction else head
+
+
+def _outcome(r, direction: str) -> str:
+    """One comparison's verdict in words: lower/higher after Holm, alone, or the bound its interval leaves open in
+    the claim's direction (points for accuracy, drift units for drift) with what it could detect."""
+    if r.verdict_holm in ("higher", "lower"):
+        return r.verdict_holm
+    if r.verdict in ("higher", "lower"):
+        return f"{r.verdict} alone, not after Holm"
+    scale, unit = (1, "") if r.measure == "drift_v" else (100, " points")
+    bound = r.high if direction == "higher" else -r.low
+    return (f"no {'gain' if direction == 'higher' else 'cut'} above {scale * bound:.2f}{unit} "
+            f"(detects {scale * r.detectable:.2f})")
 
 
 def readme_table(df: pd.DataFrame) -> str:
@@ -190,7 +238,7 @@ def readme_table(df: pd.DataFrame) -> str:
         rows = [by_name[c] for c, _ in quoted]
         cells = "; ".join(f"{label} {_cell(r)}" for r, (_, label) in zip(rows, quoted))
         lines.append(f"| {claim} | {regime} | {_words(claim, rows, [label for _, label in quoted])} | {cells} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + FAMILY.format(n=len(df))
 
 
 def render_readme(text: str, df: pd.DataFrame) -> str:
@@ -199,29 +247,72 @@ def render_readme(text: str, df: pd.DataFrame) -> str:
     return text[:start] + "\n" + readme_table(df) + "\n" + text[end:]
 
 
+SHORTER = ((", both arms at one rate", ", one rate"), ("pretrained (supervised task)", "pretrained (supervised)"),
+           ("pretrained + constant", "pretrained + const."), ("constant rate", "constant"),
+           ("five local epochs", "5 local epochs"), ("base, Dir 0.1, AdamW", "base, Dir 0.1"))
+CLAIM_COLOURS = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}
+
+
+def figure_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per README row (README_ROWS) that quotes an accuracy comparison: its first one, with a short label
+    (claim, regime, the quoted label) and the claim's code. C4's drift rows (drift units, not points) have none."""
+    by_name = {r.comparison: r for r in df.itertuples(index=False)}
+    out = []
+    for claim, regime, quoted in README_ROWS:
+        code = claim.split()[0]
+        first = next(((c, label) for c, label in quoted if by_name[c].measure == "late_acc"), None)
+        if first is None:
+            continue
+        for long, short in SHORTER:
+            regime = regime.replace(long, short)
+        row = by_name[first[0]]
+        said = f"FedFrozen {first[1]}" if first[1].startswith("−") else first[1]  # against a baseline
+        label = f"{code} {regime}: {said}" if len(quoted) > 1 else f"{code} {regime}"
+        out.append(dict(label=label, claim=code, d=row.d, half_width_holm=row.half_width_holm,
+                        held=row.verdict_holm in ("higher", "lower")))
+    return pd.DataFrame(out)
+
+
+def readme_figure(df: pd.DataFrame, profile: str = "cpu"):
+    """The README's picture: one marker per README row that quotes an accuracy comparison (`figure_rows`), d in
+    percentage points with its interval at the comparison's Holm level (filled where it holds), the claim as colour.
+    The label column is fixed at 40% of the width, so the plot keeps the rest whatever the labels."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    rows = figure_rows(df)
+    width, height = 9.0, 0.28 * len(rows) + 1.9
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes([0.40, 1.05 / height, 0.57, 1 - 1.75 / height])
+    y = np.arange(len(rows))[::-1]
+    d, hw = 100 * rows["d"].to_numpy(float), 100 * rows["half_width_holm"].to_numpy(float)
+    for code, colour in CLAIM_COLOURS.items():
+        sel = (rows["claim"] == code).to_numpy()
+        ax.errorbar(d[sel], y[sel], xerr=hw[sel], fmt="none", ecolor=colour, capsize=2, lw=1.2)
+        for held in (True, False):
+            pick = sel & (rows["held"].to_numpy() == held)
+            ax.scatter(d[pick], y[pick], s=30, zorder=3, edgecolors=colour, facecolors=colour if held else "white")
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(y, rows["label"], fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.grid(axis="x", color="0.9", lw=0.6)
+    ax.set_xlabel("FedFrozen (or the ablation) − FedAvg: late test accuracy, percentage points", fontsize=8)
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in CLAIM_COLOURS.items()]
+    handles.append(Line2D([], [], marker="o", ls="", color="gray", markerfacecolor="white", label="not after Holm"))
+    ax.legend(handles=handles, fontsize=7, loc="lower left", ncol=5, frameon=False, bbox_to_anchor=(0, 1.0))
+    fig.text(0.01, 1 - 0.25 / height, f"The README's rows, {profile} profile: the first accuracy comparison of each, "
+             f"interval at its Holm level over the family of {len(df)} (C4's drift rows: the table)", fontsize=8.5)
+    return fig
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="cpu")
     args = parser.parse_args(argv)
     df = readme_family(verdicts(args.profile))
     print("wrote", plots.save_table(df, "readme_verdicts", args.profile))
-    acc = df[df["measure"] == "late_acc"]  # the rows in accuracy units (drift and oscillation are in the tables)
-    mine = acc[[is_fedfrozen(c) for c in acc["comparison"]]]
-    other = acc[[not is_fedfrozen(c) for c in acc["comparison"]]]
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 0.3 * len(acc) + 3.2),
-                                      gridspec_kw={"height_ratios": [len(mine) + 2, len(other) + 2]})
-    n = "/".join(str(k) for k in sorted(set(acc["n"])))
-    plots.plot_verdicts(mine, ax=top, interval="half_width_holm",
-                        title=f"FedFrozen's claims, {args.profile} profile: late test accuracy, paired over {n} shared "
-                        f"seeds; {len(acc)} accuracy comparisons of the family's {len(df)}\n"
-                        f"FedFrozen against FedAvg at every T0 and regime (intervals and fill: Holm over all "
-                        f"{len(df)})")
-    plots.plot_verdicts(other, ax=bottom, interval="half_width_holm",
-                        title="the baselines and ablations (C1's baselines, and FedFrozen against them; C3's value L2; "
-                        "C4's other freezes), on their own axis")
-    fig.tight_layout()
+    print(FAMILY.format(n=len(df)))
+    fig = readme_figure(df, args.profile)
     for path in plots.save_figure(fig, "headline", args.profile):
         print("wrote", path)
     if args.profile == "cpu":
