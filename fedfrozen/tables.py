@@ -152,22 +152,33 @@ def arm_rows(runs, by, labels):
     return runs[mask]
 
 
+def decimals(half_width: float) -> int:
+    """The decimals a difference and its half-width are printed with: at least 3, and enough to show the first
+    significant digit of the half-width, so that a measure on a small scale (oscillation under a cosine rate: ~1e-4)
+    does not print as "d = -0.000 +- 0.000 ... detects 0.000", as if it detected nothing."""
+    if not (0 < half_width < math.inf):
+        return 3
+    return max(3, -math.floor(math.log10(half_width)))
+
+
 def format_verdicts(table) -> str:
     """A verdict table as the notebooks print it: each comparison's d +- half-width (n), its own verdict, the
     verdict after Holm over the table, the difference it detects at 80% power, and for an unresolved one the
-    bound its interval gives (docs/claims.md)."""
+    bound its interval gives (docs/claims.md); each row at its own scale (`decimals`)."""
     lines = []
     for v in table.itertuples(index=False):
+        k = decimals(v.half_width)
         if v.d == 0 and v.half_width == 0:  # the same runs in both arms, or a measure at its floor in both
-            lines.append(f"{v.claim} {v.comparison} [{v.measure}]: d = +0.000 ± 0.000 ({int(v.n)}); the same value on "
-                         f"every seed in both arms (the same runs, or both at the measure's floor): nothing to judge")
+            lines.append(f"{v.claim} {v.comparison} [{v.measure}]: d = +{0:.{k}f} ± {0:.{k}f} ({int(v.n)}); the "
+                         f"same value on every seed in both arms (the same runs, or both at the measure's floor): "
+                         f"nothing to judge")
             continue
         after = v.verdict_holm if v.verdict_holm != UNRESOLVED else "not resolved"
-        bound = (f"; bound: {v.d - v.half_width:+.3f} to {v.d + v.half_width:+.3f}"
+        bound = (f"; bound: {v.d - v.half_width:+.{k}f} to {v.d + v.half_width:+.{k}f}"
                  if v.verdict_holm == UNRESOLVED and math.isfinite(v.half_width) else "")
-        lines.append(f"{v.claim} {v.comparison} [{v.measure}]: d = {v.d:+.3f} ± {v.half_width:.3f} ({int(v.n)}); "
+        lines.append(f"{v.claim} {v.comparison} [{v.measure}]: d = {v.d:+.{k}f} ± {v.half_width:.{k}f} ({int(v.n)}); "
                      f"alone {v.verdict}, after Holm over {len(table)}: {after} (p = {v.p_holm:.3g}); detects "
-                     f"{v.detectable:.3f} at 80% power{bound}")
+                     f"{v.detectable:.{k}f} at 80% power{bound}")
     return "\n".join(lines)
 
 

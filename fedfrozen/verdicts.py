@@ -96,8 +96,9 @@ class Comparison:
         return detectable(self.sd, self.n, power)
 
     def __str__(self) -> str:
-        return (f"{self.mean_a:.3f} vs {self.mean_b:.3f}: d = {self.diff:+.3f} ± {self.half_width:.3f} ({self.n}): "
-                f"{self.verdict}")
+        k = max(3, -math.floor(math.log10(self.half_width))) if 0 < self.half_width < math.inf else 3  # its own scale
+        return (f"{self.mean_a:.{k}f} vs {self.mean_b:.{k}f}: d = {self.diff:+.{k}f} ± {self.half_width:.{k}f} "
+                f"({self.n}): {self.verdict}")
 
 
 def t_quantile(n: int) -> float:

@@ -1,6 +1,8 @@
 """Tables: per-run rows, mean ± std over seeds, honest formatting of missing values, the paired rule."""
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -314,3 +316,16 @@ def test_the_spread_test_is_pitman_morgan():
     assert same.ratio == 1 and same.verdict == "no difference resolved"
     with pytest.raises(ValueError, match="at least 3 pairs"):
         compare_spread([0.1, 0.2], [0.2, 0.3])
+
+
+def test_format_verdicts_prints_each_row_at_its_own_scale():
+    """Oscillation under a cosine rate (~1e-4) gets the decimals its half-width needs; accuracy keeps three: no row
+    reads "d = -0.000 ± 0.000 ... detects 0.000" as if it detected nothing (03's committed oscillation rows)."""
+    from fedfrozen.tables import decimals, format_verdicts
+
+    assert [decimals(h) for h in (0.013, 0.002, 0.0006, 0.00004, 0.0, math.inf)] == [3, 3, 4, 5, 3, 3]
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "figures" / "03_verdicts.csv", index_col=0)
+    for line in format_verdicts(table).splitlines():
+        assert not re.search(r"± 0\.0+ |detects 0\.0+ ", line), line
+    first = table[table["measure"] == "late_acc"].iloc[0]  # accuracy rows print as before
+    assert f"d = {first.d:+.3f} ± {first.half_width:.3f} ({int(first.n)})" in format_verdicts(table)

@@ -169,10 +169,12 @@ C3_MARGIN = 1.0  # points: C3's "without severely sacrificing accuracy" (docs/cl
 
 
 def _cell(row) -> str:
-    """d ± half (n): the family's verdict, in points for accuracy and oscillation."""
+    """d ± half (n): the family's verdict, at the row's own scale: at least 3 decimals, and enough to show the first
+    significant digit of its half-width (an oscillation row is not printed as ± 0.000)."""
     after = row.verdict_holm if row.verdict_holm in ("higher", "lower") else (
         f"{row.verdict} alone" if row.verdict in ("higher", "lower") else "not resolved")
-    return f"d = {row.d:+.3f} ± {row.half_width:.3f} ({int(row.n)}): {after}".replace("-", "−")
+    k = ff_tables.decimals(row.half_width)
+    return f"d = {row.d:+.{k}f} ± {row.half_width:.{k}f} ({int(row.n)}): {after}".replace("-", "−")
 
 
 def _words(claim: str, rows, labels) -> str:
