@@ -73,6 +73,50 @@ def problems(text: str, rows: pd.DataFrame) -> list[str]:
     return out
 
 
+CLAIM_LEAD = re.compile(r"^\*\*(C[1-4])\b|^\| (C[1-4])\b")  # a paragraph (or a README row) about one claim
+SIZES = re.compile(r"(?:Holm over (?:all |the [\w']+ |this table's |its |the notebook's |the table's "
+                   r"|notebook \d\d's )?|among the |family of |the README's |within notebook \d\d's "
+                   r"|Holm-adjusted p over |table of )(\d+)\b")
+
+
+def _sentences(paragraph: str) -> list[str]:
+    """A paragraph's sentences (a full stop or a semicolon followed by a space ends one; "vs." and decimals do not)."""
+    return [s for s in re.split(r"(?<=[.;])\s+(?=[A-Z*(])", paragraph) if s.strip()]
+
+
+def bound_problems(text: str, tables: list[pd.DataFrame]) -> list[str]:
+    """Every quoted d ± half-width (n) bound to the rows its context names, not just to some committed row:
+    - its claim: in a paragraph that opens with **Cn (or a README table row of claim Cn), a row of claim Cn or of a
+      claim its sentence names ("notebook 03's C1 comparison");
+    - its family: in a sentence that names family sizes ("Holm over 26", "among the 100", "family of 12", "the
+      README's 100"), a row of a table of one of those sizes (a verdict table is its own family; the README's family
+      is readme_verdicts.csv).
+    So a number quoted under the wrong claim or the wrong family fails, even when another row happens to hold it."""
+    out = []
+    sizes_of = [(len(t), t) for t in tables]
+    for paragraph in re.split(r"\n\s*\n|\n(?=\| )", text):
+        lead = CLAIM_LEAD.match(paragraph.strip())
+        claim = (lead.group(1) or lead.group(2)) if lead else None
+        for sentence in _sentences(paragraph):
+            named = {int(n) for n in SIZES.findall(sentence)}
+            claims = None if claim is None else {claim, *re.findall(r"\b(C[1-4])\b", sentence)}
+            for m in D.finditer(sentence):
+                d, h, n = m.group(1).replace("−", "-"), m.group(2), m.group(3)
+                fits = []
+                for size, t in sizes_of:
+                    if named and size not in named:
+                        continue
+                    rows = t if claims is None else t[t["claim"].isin(claims)]
+                    fits += [1 for rd, rh, rn in zip(rows["d"], rows["half_width"], rows["n"])
+                             if _shown(rd, d) and (float(d) == 0 or (rd > 0) == (d[0] == "+")) and _shown(rh, h)
+                             and (n is None or int(n) == rn)]
+                if not fits:
+                    where = f"claim {claim}" if claim else "any claim"
+                    where += f", family {sorted(named)}" if named else ""
+                    out.append(f"{m.group(0)!r} under {where}: {sentence[:90]!r}")
+    return out
+
+
 def family_sizes(*frames) -> set:
     return {len(f) for f in frames}
 
@@ -131,3 +175,29 @@ def test_the_checker_catches_a_drifted_number():
 def test_the_readme_states_the_size_of_its_family():
     stated = re.search(r"The family: .*?: (\d+) comparisons, Holm", (ROOT / "README.md").read_text())
     assert stated and int(stated.group(1)) == len(family())
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/claims.md", *[f"notebook {nb}" for nb in sorted(CITES)]])
+def test_every_quoted_number_is_its_claims_and_its_familys(doc):
+    """Each d ± half-width (n) is a row of the claim its paragraph is about and of the family its sentence names."""
+    if doc.startswith("notebook"):
+        nb = doc.split()[1]
+        text, rows = markdown(nb), [*tables(*CITES[nb]), family()]
+    else:
+        text, rows = (ROOT / doc).read_text(), [family(), *tables("0", "1", "fedavg_level")]
+        if "## Reproducing on your machine" in text:
+            start, end = text.index("## Reproducing on your machine"), text.index("## What the committed tables")
+            text = text[:start] + text[end:]
+    found = bound_problems(text, rows)
+    assert not found, f"{doc} quotes numbers away from the row its context names: {found}"
+
+
+def test_the_binding_catches_a_number_under_the_wrong_claim_or_family():
+    rows = family()
+    c1 = rows[rows["claim"] == "C1"].iloc[0]
+    quoted = f"d = {c1.d:+.3f} ± {c1.half_width:.3f} ({int(c1.n)})".replace("-", "−")
+    assert bound_problems(f"**C1.** FedFrozen {quoted}.", [rows]) == []
+    assert bound_problems(f"**C3.** The penalty {quoted}.", [rows])  # another claim's row
+    assert bound_problems(f"**C3.** The penalty, as C1's row, {quoted}.", [rows]) == []  # named: allowed
+    assert bound_problems(f"FedFrozen {quoted}, after Holm over {len(rows)}.", [rows]) == []
+    assert bound_problems(f"FedFrozen {quoted}, after Holm over {len(rows) + 7}.", [rows])  # the wrong family
