@@ -60,3 +60,56 @@ def test_a_seed_gives_the_same_numbers_and_they_are_accuracies(tiny_fmnist, tmp_
     assert out[0].read_text() == out[1].read_text()
     row = dict(zip(*[line.split(",") for line in out[0].read_text().splitlines()]))
     assert 0.0 <= float(row["late10"]) <= 1.0 and float(row["acc_30"]) > 0.3  # the tiny task is learnable
+
+
+def test_a_plain_torch_round_gives_fedfrozens_fedavg_weights():
+    """The local loop is not where FedAvg's level comes from (docs/claims.md, "FedAvg's level"): on one Setup, one round
+    of FedAvg written with torch.optim.AdamW (a fresh one per client, the same clients, batches and p_i weights) gives
+    the weights fedfrozen's round gives, to float rounding."""
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+
+    import fedfrozen as ff
+    from fedfrozen import loop, methods
+    from fedfrozen.rng import seed_for
+    from fedfrozen.round import LocalTraining
+
+    cfg = ff.Config(dataset="digits", model="vit_digits", model_kwargs=dict(embed_dim=16, depth=2, num_heads=2),
+                    n_clients=6, clients_per_round=3, rounds=2, partition="dirichlet", alpha=0.5, lr=3e-3,
+                    weight_decay=0.01, batch_size=16, method="fedavg", seed=1, device="cpu")
+    method = methods.build(cfg)
+    s, rnd, hist, _ = loop.start_up(cfg, method)
+    plain = copy.deepcopy(s.model)
+    for p in plain.parameters():
+        p.data, p.grad = p.data.clone(), None
+        p.requires_grad_(True)
+    start = {n: p.detach().clone() for n, p in plain.named_parameters()}
+    clients = LocalTraining(s, method, False)
+    clients.configure(rnd.mask)
+    plan = rnd.open(0)
+    for reply in clients.replies(rnd.instructions(plan)):
+        rnd.receive(plan, reply)
+    rnd.finish(plan, hist, 0.0)
+    total = {n: torch.zeros_like(v) for n, v in start.items()}
+    for weight, cid in zip(plan.weights, plan.sampled):
+        with torch.no_grad():
+            for n, p in plain.named_parameters():
+                p.copy_(start[n])
+        opt = torch.optim.AdamW(plain.parameters(), lr=plan.lr, weight_decay=0.01)
+        plain.train()
+        idx = s.client_train[cid]
+        gen = torch.Generator().manual_seed(seed_for("local_batches", 1, 0, cid))  # the round's batch order
+        order = idx[torch.randperm(len(idx), generator=gen)]
+        for b in order.split(cfg.batch_size):
+            opt.zero_grad()
+            F.cross_entropy(plain(s.x[b]), s.y[b]).backward()
+            opt.step()
+        with torch.no_grad():
+            for n, p in plain.named_parameters():
+                total[n] += float(weight) * (p - start[n])
+    mine = dict(s.model.named_parameters())
+    gap = max((start[n] + total[n] - mine[n]).abs().max().item() for n in start)
+    moved = max((mine[n] - start[n]).abs().max().item() for n in start)
+    assert moved > 1e-3 and gap < 1e-5, (moved, gap)
