@@ -156,6 +156,18 @@ class Config:
         self.validate()
         # one spelling per run: only the settings that differ from the method's defaults, normalised
         self.method_args = methods.settings_class(self.method).create(self.method, self.method_args).changed()
+        object.__setattr__(self, "_sealed", True)  # a value from here on: one Config, one run, one cache key
+
+    def __setattr__(self, name: str, value) -> None:
+        """A Config is a value: once made it does not change (a changed one would run under its old cache key, and
+        `run_or_load` could serve or store the wrong run). `cfg.replace(name=value)` makes the changed copy."""
+        if self.__dict__.get("_sealed"):
+            raise AttributeError(f"a Config cannot be changed once made ({name} = {value!r}): it is the run's identity "
+                                 f"and cache key; make a changed copy with cfg.replace({name}=...)")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Config cannot be changed once made (del {name}); use cfg.replace(...)")
 
     def __getattr__(self, name: str):
         """A component's setting by its flat name (`cfg.prox_mu`: its value in `components`, else its default). A
@@ -178,8 +190,8 @@ class Config:
     def _check_fields(self) -> None:
         """Every field by its own declaration (`setting`: type, range, choices; methods/settings.check_value), its
         value normalised; the error names the field ("lr must be ...")."""
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, check_value(f.name, field_type(f.name), f.metadata, getattr(self, f.name)))
+        for f in dataclasses.fields(self):  # (normalising: a made Config is already normal, so this changes nothing)
+            object.__setattr__(self, f.name, check_value(f.name, field_type(f.name), f.metadata, getattr(self, f.name)))
 
     # --- validation -----------------------------------------------------------------------
     def validate(self) -> None:

@@ -67,12 +67,102 @@ def test_every_field_is_declared_with_its_help_and_its_check():
     assert "bfloat16 autocast (GPU only)" in run_help  # --amp's help is its declared text
 
 
-def test_a_config_changed_after_creation_is_checked_again_before_any_work(monkeypatch):
+def test_a_config_is_a_value():
+    """Once made, a Config does not change (it would run under its old cache key): an assignment, a field's or a
+    component setting's, is refused and names cfg.replace; copies (replace, deepcopy, pickle) are values too."""
+    import copy
+    import pickle
+
+    cfg = ff.Config(method="fedprox", rounds=2, n_clients=4)
+    for name, value in (("lr", 0.5), ("prox_mu", 50.0), ("components", {}), ("anything_new", 1)):
+        with pytest.raises(AttributeError, match=rf"cfg\.replace\({name}="):
+            setattr(cfg, name, value)
+    with pytest.raises(AttributeError, match="replace"):
+        del cfg.lr
+    assert cfg == ff.Config(method="fedprox", rounds=2, n_clients=4) and cfg.prox_mu == 0.01
+    changed = cfg.replace(prox_mu=50.0)
+    assert changed.prox_mu == 50.0 and experiments.config_key(changed) != experiments.config_key(cfg)
+    for twin in (copy.deepcopy(cfg), pickle.loads(pickle.dumps(cfg)), dataclasses.replace(cfg)):
+        assert twin == cfg
+        with pytest.raises(AttributeError, match="replace"):
+            twin.lr = 1.0
+
+
+def test_a_config_changed_behind_its_back_is_checked_again_before_any_work(monkeypatch):
     cfg = tiny_config()
-    cfg.lr = math.nan
+    object.__setattr__(cfg, "lr", math.nan)  # past the refusal: run still validates before any work
     monkeypatch.setattr(ff.data, "load", lambda *a, **k: pytest.fail("data loaded before validation"))
     with pytest.raises(ValueError, match="lr must be a finite number"):
         ff.run(cfg, progress=False)
+
+
+def _other_values(name, default, meta):
+    """Values of setting `name` other than its default, to try in turn (the first valid one is used)."""
+    from fedfrozen.config import field_type
+
+    base, elem, optional = field_type(name)
+    choices = meta.get("choices")
+    choices = choices() if callable(choices) else choices
+    special = {"dataset": ["fashion_mnist", "cifar10"], "model": ["linear_vit", "vit_fmnist"],
+               "init": ["pretrained", "public"], "model_kwargs": [{"depth": 2}], "method": ["fedfrozen", "fedprox"],
+               "freeze": [("qk", "v"), ("v",)], "method_args": [], "local_steps": [3], "local_epochs": [2],
+               "data_root": ["elsewhere"]}
+    if name in special:
+        return special[name]
+    if base is bool:
+        return [not default] if default is not None else [True, False]
+    if choices:
+        return [c for c in choices if c != default]
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if base is int:
+        start = default if default is not None else (lo or 1)
+        return [v for v in (start + 1, start + 2, 5, 50) if (lo is None or v >= lo) and v != default]
+    if base is float:
+        start = default if default is not None else 0.5
+        vals = [start * 0.5 if start else 0.05, start * 2 if start else 0.2, 0.3]
+        return [v for v in vals if (lo is None or v > lo) and (hi is None or v <= hi) and v != default]
+    return []
+
+
+# settings that need another to change with them (their own value alone is refused or means nothing): the other
+ALONG = {"clients_per_round": {"n_clients": 20}, "classes_per_client": {"partition": "shards"},
+         "min_samples_by": {"alpha": 0.5}, "init": {"train_subset": 500, "public_fraction": 0.2,
+                                                     "server_pretrain_epochs": 1},
+         "server_pretrain_epochs": {"init": "public", "public_fraction": 0.2, "server_pretrain_epochs": 1},
+         "participation_rate": {"participation": "skewed"},
+         "participation_skew": {"participation": "skewed"}, "public_fraction": {}, "amp": {"device": "cuda"},
+         "pretrain_task": {"init": "pretrained", "train_subset": 500},
+         "pretrain_epochs": {"init": "pretrained", "train_subset": 500},
+         "pretrain_seed": {"init": "pretrained", "train_subset": 500}}
+
+
+def test_two_configs_that_run_differently_never_share_a_key():
+    """Every setting, fields and components alike: a Config that differs from the default in it alone (or with what it
+    needs beside it) has another cache key; only where the data is found (WHERE_FIELDS) leaves the key as it is."""
+    from fedfrozen.config import WHERE_FIELDS, settings
+
+    key = experiments.config_key
+    untried = []
+    for name, meta, default in settings():
+        along = ALONG.get(name, {})
+        base = ff.Config().replace(**along)
+        made = None
+        for value in _other_values(name, default, meta):
+            try:  # (local_steps replaces local_epochs: the two are given together)
+                made = base.replace(**{name: value}, **({"local_epochs": None} if name == "local_steps" else {}))
+            except ValueError:
+                continue
+            if getattr(made, name) != getattr(base, name):
+                break
+            made = None
+        if made is None:
+            untried.append(name)
+            continue
+        if name in WHERE_FIELDS:
+            assert key(made) == key(base), name
+        else:
+            assert key(made) != key(base), f"{name}={getattr(made, name)!r} runs differently under the same key"
+    assert untried == ["method_args"], untried  # a method's own settings: test_settings, by method
 
 
 def test_one_run_has_one_key():
