@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from . import batched, local, qkv
+from .flat import merged_slices
 from .rng import seed_for
 
 __all__ = ["Plan", "Instruction", "Reply", "Tally", "ClientWork", "Round", "LocalTraining", "exchanged_bytes",
@@ -155,6 +156,7 @@ class Round:
         flat = self.s.flat
         trainable = [g for g in qkv.GROUPS if g not in frozen]
         self.mask = flat.mask(trainable)
+        self.frozen_slices = merged_slices(flat, frozen)  # what the round keeps in place after the server step
         self.trainable_bytes, self.frozen_bytes = flat.group_bytes(trainable), flat.group_bytes(frozen)
 
     def open(self, r: int) -> Plan:
@@ -224,8 +226,11 @@ class Round:
         model measurements and evaluation: the round's History row (the caller adds bytes and time)."""
         joined = plan.sampled if joined is None else joined
         s = self.s
-        if joined:
+        if joined:  # the method's server step, then the stage's freeze: the frozen entries are put back as they were
+            held = [self.x[sl].clone() for sl in self.frozen_slices]
             self.method.server_update(plan.r, self.x, self.acc, self.mask, joined)
+            for sl, value in zip(self.frozen_slices, held):
+                self.x[sl] = value
         s.flat.data.copy_(self.x)
         row = {"round": plan.r, "stage": plan.stage, "lr": plan.lr, "train_loss": train_loss,
                "clients": [int(c) for c in plan.sampled]}

@@ -1,4 +1,6 @@
-"""The local update rule: one composed rule, and the only place where "frozen" and a client's mask are applied.
+"""The local update rule: one composed rule, and the only place on the clients' side where "frozen" and a client's
+mask are applied (on the server's side the round applies the stage's freeze after the server step:
+fedfrozen.round.Round.close; no method multiplies by the stage mask).
 
 A client's step runs these transforms, in this order (optax's `chain`, over the flat buffer of fedfrozen.flat):
 

@@ -138,7 +138,7 @@ class FedAdamW(Method):
 
     def server_update(self, r, x, acc, mask, sampled) -> None:
         super().server_update(r, x, acc, mask, sampled)
-        torch.mul(acc, mask, out=self.delta_bar)  # Δ̄^r, for next round's pull
+        self.delta_bar.copy_(acc)  # Δ̄^r, for next round's pull (0 on what the stage freezes: no client moved it)
         if self.shared:
             trained = torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, mask) > 0
             self.v_bar[trained] = self.v_sum[trained]  # tensors no client trained keep their v̄

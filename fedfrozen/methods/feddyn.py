@@ -65,5 +65,5 @@ def feddyn_step(buf, delta, mask, cfg, lr, n_sampled, n_clients):
     """FedDyn's server update: h -= alpha |S|/N Delta; returns Delta - h/alpha."""
     h = buf("h")
     alpha = cfg.feddyn_alpha
-    h.sub_(delta * mask, alpha=alpha * n_sampled / n_clients)
+    h.sub_(delta, alpha=alpha * n_sampled / n_clients)  # (0 on what the stage freezes: no client moved it)
     return delta - h / alpha

@@ -2,8 +2,9 @@
 
 Each is a small function `step(buf, delta, mask, cfg, lr, n_sampled, n_clients) -> update`
 (buf(name) returns a named state vector, zero at first use), in the spirit of Optax's
-transforms; `ServerOptimizer` holds the state and applies `x += update * mask`, so frozen
-entries never move. FedOpt (Reddi et al., ICLR 2021, Algorithm 2): m and v start at 0, no bias
+transforms; `ServerOptimizer` holds the state and applies `x += update`. What the stage freezes is not theirs: the
+round puts the frozen entries back after every server step (fedfrozen.round.Round.close). FedOpt (Reddi et
+al., ICLR 2021, Algorithm 2): m and v start at 0, no bias
 correction. See docs/methods.md.
 """
 
@@ -89,8 +90,8 @@ class ServerOptimizer:
         return self.state[name]
 
     def step(self, x: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor, n_sampled: int, n_clients: int) -> None:
-        """x <- x + update(delta), touching only entries where mask == 1."""
-        x.add_(self.fn(self._buf, delta, mask, self.cfg, self.lr, n_sampled, n_clients) * mask)
+        """x <- x + update(delta) (the round keeps the stage's frozen entries where they were)."""
+        x.add_(self.fn(self._buf, delta, mask, self.cfg, self.lr, n_sampled, n_clients))
 
     def reset(self) -> None:
         self.state = {}

@@ -99,7 +99,7 @@ class Scaffold(LocalObjective):
         c_i.copy_(new)
 
     def end_round(self, n_sampled: int, n_clients: int, mask: torch.Tensor) -> None:
-        self.c.add_(self.dc_sum * mask, alpha=1.0 / n_clients)  # (|S|/N) * (sum / |S|)
+        self.c.add_(self.dc_sum, alpha=1.0 / n_clients)  # (|S|/N) * (sum / |S|): 0 where no client trained
 
     def reset(self) -> None:
         self.c.zero_()

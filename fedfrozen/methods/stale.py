@@ -59,7 +59,6 @@ class MIFA(Method):
         self.p = torch.as_tensor(participation_probabilities(self.cfg), dtype=self.d.dtype, device=setup.device)
         self.fresh: dict[int, torch.Tensor] = {}
         self.applied = torch.zeros(numel, device=setup.device)  # the direction the server steps along
-        self._masked = True
 
     def begin_round(self, r: int, sampled: list[int]) -> None:
         super().begin_round(r, sampled)
@@ -71,7 +70,8 @@ class MIFA(Method):
 
     def on_stage_switch(self, frozen: tuple) -> None:
         super().on_stage_switch(frozen)
-        self._masked = False  # cached entries of newly frozen groups are dropped at the next server step
+        for g in frozen:  # the cached entries of the groups frozen now are the last stage's: dropped
+            self.H[:, self.s.flat.group_slice(g)] = 0.0
 
     def direction(self, r: int) -> torch.Tensor:
         """The update the server applies this round (then the cache holds the fresh updates)."""
@@ -79,9 +79,6 @@ class MIFA(Method):
         return self.d @ self.H
 
     def server_update(self, r, x, acc, mask, sampled) -> None:
-        if not self._masked:
-            self.H.mul_(mask)
-            self._masked = True
         self.applied.copy_(self.direction(r))
         super().server_update(r, x, self.applied, mask, sampled)
 
@@ -99,13 +96,12 @@ class MIFA(Method):
         return super().on_round_end(r, row, history)
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "H": self.H, "seen": self.seen, "masked": self._masked}
+        return {**super().state_dict(), "H": self.H, "seen": self.seen}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.H.copy_(state["H"])
-        self.seen.copy_(state["seen"])
-        self._masked = bool(state["masked"])
+        self.seen.copy_(state["seen"])  # (an earlier version's "masked" flag was True in every checkpoint: ignored)
 
 
 class FedVARP(MIFA):
