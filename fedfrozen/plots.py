@@ -135,6 +135,9 @@ def legend_below(fig, ax=None, ncol: int | None = None, title: str | None = None
                       frameon=False, fontsize=fontsize, title=title, title_fontsize=fontsize)
 
 
+CLAIM_COLOURS = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}  # a claim's colour
+
+
 def plot_verdicts(df, ax=None, title: str | None = None, interval: str = "half_width"):
     """Forest plot of paired verdicts (a `tables.verdict_table`, several concatenated): one row per comparison,
     grouped by claim, the mean paired difference d in percentage points with the interval of column `interval`
@@ -151,7 +154,7 @@ def plot_verdicts(df, ax=None, title: str | None = None, interval: str = "half_w
     y = np.arange(len(rows))[::-1]
     d, hw = 100 * rows["d"].to_numpy(float), 100 * rows[interval].to_numpy(float)
     resolved = rows["verdict_holm" if "verdict_holm" in rows else "verdict"].isin(["higher", "lower"]).to_numpy()
-    colours = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}
+    colours = CLAIM_COLOURS
     handles = []
     for claim in dict.fromkeys(rows["claim"]):
         sel = (rows["claim"] == claim).to_numpy()

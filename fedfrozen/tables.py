@@ -30,6 +30,7 @@ from .verdicts import (
     adjusted_half_width,
     compare_runs,
     compare_spread,
+    decimals,
     detectable,
     holm,
     paired_p,
@@ -42,7 +43,8 @@ __all__ = ["summarise", "mean_std", "format_mean_std", "compare", "compare_runs"
            "FAMILY_RULE", "RESOLVED", "UNRESOLVED", "t_quantile", "resolution", "verdict_table", "VERDICT_COLUMNS",
            "holm", "adjust", "detectable", "paired_p", "POWER", "per_seed", "recompute", "format_verdicts",
            "ADJUSTED_COLUMNS", "simulated_clock", "adjusted_half_width", "arm_rows", "compare_spread",
-           "SpreadComparison", "spread_table", "recompute_spread", "SPREAD_COLUMNS", "machine_of", "UNRECORDED"]
+           "SpreadComparison", "spread_table", "recompute_spread", "SPREAD_COLUMNS", "machine_of", "UNRECORDED",
+           "decimals"]
 
 
 def compare(stats, a, b, col: str = "final_acc") -> Comparison:
@@ -150,15 +152,6 @@ def arm_rows(runs, by, labels):
         column = runs[col]
         mask &= (column.isna() if value is None else (column == value)).to_numpy()
     return runs[mask]
-
-
-def decimals(half_width: float) -> int:
-    """The decimals a difference and its half-width are printed with: at least 3, and enough to show the first
-    significant digit of the half-width, so that a measure on a small scale (oscillation under a cosine rate: ~1e-4)
-    does not print as "d = -0.000 +- 0.000 ... detects 0.000", as if it detected nothing."""
-    if not (0 < half_width < math.inf):
-        return 3
-    return max(3, -math.floor(math.log10(half_width)))
 
 
 def format_verdicts(table) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 __all__ = ["PAIRED_RULE", "FAMILY_RULE", "POWER", "RESOLVED", "UNRESOLVED", "Comparison", "t_quantile",
            "sd_from_half_width", "paired_p", "detectable", "holm", "adjusted_half_width", "compare_runs",
            "SpreadComparison", "compare_spread", "resolution", "VERDICT_COLUMNS", "ADJUSTED_COLUMNS", "verdict_table",
-           "adjust"]
+           "adjust", "decimals"]
 
 
 PAIRED_RULE = ("arms compared share their seeds (partition, initialisation, client sampling, batch order), so they are "
@@ -96,9 +96,18 @@ class Comparison:
         return detectable(self.sd, self.n, power)
 
     def __str__(self) -> str:
-        k = max(3, -math.floor(math.log10(self.half_width))) if 0 < self.half_width < math.inf else 3  # its own scale
+        k = decimals(self.half_width)  # at its own scale
         return (f"{self.mean_a:.{k}f} vs {self.mean_b:.{k}f}: d = {self.diff:+.{k}f} ± {self.half_width:.{k}f} "
                 f"({self.n}): {self.verdict}")
+
+
+def decimals(half_width: float) -> int:
+    """The decimals a difference and its half-width are printed with: at least 3, and enough to show the first
+    significant digit of the half-width, so that a measure on a small scale (oscillation under a cosine rate: ~1e-4)
+    does not print as "d = -0.000 +- 0.000 ... detects 0.000", as if it detected nothing."""
+    if not (0 < half_width < math.inf):
+        return 3
+    return max(3, -math.floor(math.log10(half_width)))
 
 
 def t_quantile(n: int) -> float:

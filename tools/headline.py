@@ -105,12 +105,6 @@ def readme_family(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def is_fedfrozen(comparison: str) -> bool:
-    """A row of FedFrozen against FedAvg (at any T0, in any regime); the others are the baselines and ablations (C1's
-    baselines, FedFrozen against them, C3's penalties, C4's other freezes), drawn on their own axis."""
-    return comparison.startswith(("FedFrozen − FedAvg", "FedFrozen T0", "T0 =", "freeze Q/K (FedFrozen)"))
-
-
 README_START = "<!-- verdicts: rendered by tools/headline.py from figures/readme_verdicts.csv -->"
 README_END = "<!-- verdicts: end -->"
 # The README's rows: (claim, regime, the comparisons it quotes, in figures/readme_verdicts.csv); the paper's claim
@@ -251,7 +245,6 @@ def render_readme(text: str, df: pd.DataFrame) -> str:
 SHORTER = ((", both arms at one rate", ", one rate"), ("pretrained (supervised task)", "pretrained (supervised)"),
            ("pretrained + constant", "pretrained + const."), ("constant rate", "constant"),
            ("five local epochs", "5 local epochs"), ("base, Dir 0.1, AdamW", "base, Dir 0.1"))
-CLAIM_COLOURS = {"C1": "tab:blue", "C2": "tab:orange", "C3": "tab:green", "C4": "tab:red"}
 
 
 def figure_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -287,7 +280,7 @@ def readme_figure(df: pd.DataFrame, profile: str = "cpu"):
     ax = fig.add_axes([0.40, 1.05 / height, 0.57, 1 - 1.75 / height])
     y = np.arange(len(rows))[::-1]
     d, hw = 100 * rows["d"].to_numpy(float), 100 * rows["half_width_holm"].to_numpy(float)
-    for code, colour in CLAIM_COLOURS.items():
+    for code, colour in plots.CLAIM_COLOURS.items():
         sel = (rows["claim"] == code).to_numpy()
         ax.errorbar(d[sel], y[sel], xerr=hw[sel], fmt="none", ecolor=colour, capsize=2, lw=1.2)
         for held in (True, False):
@@ -299,7 +292,7 @@ def readme_figure(df: pd.DataFrame, profile: str = "cpu"):
     ax.grid(axis="x", color="0.9", lw=0.6)
     ax.set_xlabel("the row's arm − its reference (FedAvg unless named; C3: λ = 0): late test accuracy, "
                   "percentage points", fontsize=8)
-    handles = [Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in CLAIM_COLOURS.items()]
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in plots.CLAIM_COLOURS.items()]
     handles.append(Line2D([], [], marker="o", ls="", color="gray", markerfacecolor="white", label="not after Holm"))
     ax.legend(handles=handles, fontsize=7, loc="lower left", ncol=5, frameon=False, bbox_to_anchor=(0, 1.0))
     fig.text(0.01, 1 - 0.25 / height, f"The README's rows, {profile} profile: the first accuracy comparison of each, "
