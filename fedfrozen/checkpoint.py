@@ -11,14 +11,17 @@ from .io import atomic_write
 __all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError"]
 
 
-def save_checkpoint(path, cfg, next_round, x_global, method, hist, received_frozen) -> None:
-    """Everything the loop needs to continue at `next_round` (atomic write).
+def save_checkpoint(path, cfg, next_round, x_global, method, hist, received_frozen, client=None) -> None:
+    """Everything the loop needs to continue at `next_round` (atomic write): the method's server half and, in the
+    loop, its clients' half (`client`: every client's state; on Flower each node keeps its own).
 
     No RNG state is stored: every random choice after setup is drawn from a generator seeded
     by (seed, round, client), so the rounds after a resume draw what they would have drawn.
     """
     state = {"round": next_round, "x": x_global.cpu(), "method": method.state_dict(), "rows": hist.rows,
              "diverged": hist.diverged, "received_frozen": sorted(received_frozen), "config": cfg.to_dict()}
+    if client is not None:
+        state["client_method"] = client.state_dict()
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
@@ -26,9 +29,11 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from (truncated, empty, missing keys, another config, cut short)."""
 
 
-def load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
-    """Load a checkpoint of `cfg` written by save_checkpoint into the global weights, the method, the History and
-    the set of clients holding the frozen block; the round to continue at. CheckpointError if it cannot be used."""
+def load_checkpoint(path, cfg, x_global, method, hist, received_frozen, client=None) -> int:
+    """Load a checkpoint of `cfg` written by save_checkpoint into the global weights, the method's halves (`client`:
+    the clients' half, given its own state, or the one method state of a checkpoint written before the halves), the
+    History and the set of clients holding the frozen block; the round to continue at. CheckpointError if it
+    cannot be used."""
     try:
         state = torch.load(path, map_location=x_global.device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
@@ -50,6 +55,8 @@ def load_checkpoint(path, cfg, x_global, method, hist, received_frozen) -> int:
                               f"weights of shape {tuple(state['x'].shape)} for a model of {x_global.numel()}")
     try:
         method.load_state_dict(state["method"])
+        if client is not None:
+            client.load_state_dict(state.get("client_method", state["method"]))
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"checkpoint {path}: the method state does not load ({type(e).__name__}: {e})") from None
     x_global.copy_(state["x"])

@@ -9,16 +9,15 @@ server step, per-round decisions, state) is a hook of `fedfrozen.methods.Method`
 frozen groups change (FedFrozen's stage switch at T0) the local optimiser is rebuilt over the
 trainable parameters and the method drops the old stage's state (docs/methods.md).
 
-The round itself is `fedfrozen.round`: `Round` (the server's side: opening, instructing, receiving the replies,
-closing; also driven by the Flower strategy) and `LocalTraining` (the clients' side in this process, either engine:
-an Instruction in, a Reply out; also what the Flower ClientApp runs); `run` below is the loop over rounds, with its
-callbacks. What a run starts from (data, clients, the resident model) is `fedfrozen.setup`; its checkpoints are
-`fedfrozen.checkpoint` (both re-exported here).
+The round itself is `fedfrozen.round`: `play`, its order written once (also what the Flower ServerApp runs),
+over `Round` (the server's side, holding the method's server half) and `LocalTraining` (the clients' side, holding
+the clients' half, either engine: an Instruction in, a Reply out; also what the Flower ClientApp runs); `run` below
+is the loop over rounds, with its callbacks. What a run starts from (data, clients, the resident model) is
+`fedfrozen.setup`; its checkpoints are `fedfrozen.checkpoint` (both re-exported here).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
@@ -31,7 +30,7 @@ from .config import Config
 from .history import History
 from .io import environment, follow_threads
 from .progress import progress_bar
-from .round import LocalTraining, Round, evaluate, evaluate_round, lr_at, round_metrics
+from .round import LocalTraining, Round, evaluate, evaluate_round, lr_at, play, round_metrics
 from .setup import Setup, prepare, pretrain_on_public, split_training_data
 
 __all__ = ["run", "start_up", "CheckpointError", "Config", "evaluate", "evaluate_round", "lr_at", "round_metrics",
@@ -65,62 +64,50 @@ def run(cfg: Config, *, callbacks=(), progress: bool = True, resume_from=None, c
     follow_threads()
     for said in cfg.warnings():
         warnings.warn(said, UserWarning, stacklevel=2)
-    method = methods.build(cfg)
+    method, client = methods.build(cfg), methods.build(cfg)  # the server's half and the clients' half
     if cfg.engine == "batched" and method.cannot_run("batched"):
         raise ValueError(batched.unsupported(method, torch.nn.Module()) + "; use engine='sequential' or 'auto'")
-    s, rnd, hist, start = start_up(cfg, method, train, test, resume_from)
-    clients = LocalTraining(s, method, _resolve_engine(cfg, method, s.model))  # the clients' side, in this process
-    clients.configure(rnd.mask)  # the stage's trainable mask decides what moves
+    s, rnd, hist, start = start_up(cfg, method, train, test, resume_from, client=client)
+    clients = LocalTraining(s, client, _resolve_engine(cfg, method, s.model))  # the clients' side, in this process
     last_save = time.perf_counter()
 
     bar = _progress(range(start, cfg.rounds), progress)
     for r in bar:
-        t0 = time.perf_counter()
-        # 1. open the round: stage switch, lr, value penalty, the sampled clients
-        plan = rnd.open(r)
-        if plan.switched:
-            clients.configure(plan.mask)  # the new stage's trainable mask and a fresh local optimiser
-
-        # 2. each sampled client's instruction, its local training and its reply, received in the sampled order
-        for reply in clients.replies(rnd.instructions(plan)):
-            if not math.isfinite(reply.loss):
-                hist.diverged = {"round": r, "client": reply.cid}
-                warnings.warn(f"run diverged: non-finite loss at round {r}, client {reply.cid}; stopping",
-                              RuntimeWarning, stacklevel=2)
-                break
-            rnd.receive(plan, reply)
+        # 1. the round (fedfrozen.round.play): opened, each sampled client's instruction trained here into its reply,
+        # received in the sampled order, closed into the History row; the method may stop
+        stop = play(rnd, r, hist, lambda plan, instructions: (clients.replies(instructions), {}))
         if hist.diverged:
             break
-
-        # 3. close it: the server step, measurements and evaluation make the History row; the method may stop
-        stop = rnd.finish(plan, hist, t0)
         _show(bar, hist.rows[-1])
 
-        # 4. what the callbacks decide from it; the checkpoint
+        # 2. what the callbacks decide from it; the checkpoint
         stop = any([cb(r, hist.rows[-1], hist) is True for cb in callbacks]) or stop  # call every callback
         due = (r + 1) % checkpoint_every == 0 and time.perf_counter() - last_save >= checkpoint_seconds
         if checkpoint is not None and r + 1 < cfg.rounds and (stop or due):
-            save_checkpoint(checkpoint, cfg, r + 1, rnd.x, method, hist, rnd.received_frozen)
+            save_checkpoint(checkpoint, cfg, r + 1, rnd.x, method, hist, rnd.received_frozen, client=client)
             last_save = time.perf_counter()
         if stop:
             break
     return hist
 
 
-def start_up(cfg: Config, method, train=None, test=None, resume_from=None):
-    """What a run starts from, in the loop and in the Flower strategy alike: the Setup (data, model, flat buffer;
-    the server's warm start on its public split when init="public"), the method set up on it, the round's server
-    side, the History and the first round (> 0 when `resume_from` names a checkpoint, whose state is loaded).
+def start_up(cfg: Config, method, train=None, test=None, resume_from=None, client=None):
+    """What a run starts from, in the loop and in the Flower ServerApp alike: the Setup (data, model, flat buffer;
+    the server's warm start on its public split when init="public"), the method's server half (`method`) set up on
+    it, and its clients' half (`client`, in the loop; on Flower each node has its own), the round's server side, the
+    History and the first round (> 0 when `resume_from` names a checkpoint, whose state is loaded into both halves).
     Returns (setup, round, history, first_round)."""
     s = prepare(cfg, train, test)
     if cfg.init == "public":
         pretrain_on_public(s)
     method.setup(s)
+    if client is not None:
+        client.setup(s)
     rnd = Round(s, method)
     hist = History(config=cfg.to_dict(), env=environment(str(s.device)))
     first = 0
     if resume_from is not None:
-        first = load_checkpoint(resume_from, cfg, rnd.x, method, hist, rnd.received_frozen)
+        first = load_checkpoint(resume_from, cfg, rnd.x, method, hist, rnd.received_frozen, client=client)
     rnd.start(first)
     return s, rnd, hist, first
 

@@ -1,29 +1,33 @@
 """One federated round as two messages, shared by `fedfrozen.loop.run` and the Flower apps (fedfrozen.flower).
 
-The server sends each sampled client an `Instruction` (the round, the global weights, the stage's trainable mask,
-the round's rate, value penalty and prox weight); the client answers with a `Reply` (its update, its share p_i, its
-training loss and steps). The server's side is `Round`; the clients' side in this process is `LocalTraining`
-(either engine), whose `replies` turns instructions into replies. The Flower ClientApp wraps the same
-`LocalTraining.replies` for its one client, and the Flower strategy drives the same `Round`:
+The server sends each sampled client an `Instruction` (the round, the global weights, the stage, the round's rate,
+value penalty and prox weight, and `sent`: what the method's server half has for that client's half); the client
+answers with a `Reply` (its update, its share p_i, its training loss and steps, and `extras`: what its half sends
+the server's). The server's side is `Round`, holding the method's server half; the clients' side is `LocalTraining`
+(either engine), holding the clients' half, whose `replies` turns instructions into replies. `play` is the round's
+order, written once: the loop runs it with `LocalTraining.replies` as the exchange, the Flower ServerApp with its
+nodes (fedfrozen.flower.server), and the Flower ClientApp answers with the same `LocalTraining.replies`:
 
-    s, rnd, hist, first = loop.start_up(cfg, method)          # the same start for both (fresh or resumed)
-    clients.configure(rnd.mask)                                # the clients' side of the stage (loop only)
-    plan = rnd.open(r)                                         # stage switch, lr, value penalty, sampling
-    if plan.switched: clients.configure(plan.mask)             # what trains, fresh local optimiser
-    for reply in clients.replies(rnd.instructions(plan)):      # local training, in the sampled order
-        rnd.receive(plan, reply)                               # aggregate, drift sums, loss and bytes
-    stop = rnd.finish(plan, hist, t0)                          # server step, measurements, evaluation: the row
+    s, rnd, hist, first = loop.start_up(cfg, method, client=client)   # the same start for both (fresh or resumed)
+    clients = LocalTraining(s, client, use_batched)                    # the clients' half, in this process
+    stop = play(rnd, r, hist, lambda plan, ins: (clients.replies(ins), {}))
+        plan = rnd.open(r)                       # stage switch, lr, value penalty, sampling (server half)
+        replies = exchange(plan, rnd.instructions(plan))   # to_client; local training; to_server
+        rnd.receive(plan, reply) for each        # from_client, aggregate, drift sums, loss and bytes
+        rnd.finish(plan, hist, started)          # server step, the stage's freeze, measurements: the row
 
-A client's hooks run on the client's side, in one order wherever it trains (fedfrozen.methods.base lists it):
-client_mask, init_client, client_forward, correction, (training), upload, after_client; the server's side then
-folds the reply (aggregate) and counts its bytes (client_bytes).
+A client's hooks run on its side, in one order wherever it trains (fedfrozen.methods.base lists it): from_server,
+client_mask (unless the server sent the mask), init_client, client_forward, correction, (training), upload,
+after_client, to_server; the server's side then takes the reply (from_client, aggregate) and counts its bytes
+(client_mask, client_bytes).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,7 +37,7 @@ from . import batched, local, qkv
 from .flat import merged_slices
 from .rng import seed_for
 
-__all__ = ["Plan", "Instruction", "Reply", "Tally", "ClientWork", "Round", "LocalTraining", "exchanged_bytes",
+__all__ = ["Plan", "Instruction", "Reply", "Tally", "ClientWork", "Round", "LocalTraining", "play", "exchanged_bytes",
            "evaluate_round", "round_metrics", "lr_at"]
 
 _EPS = 1e-12
@@ -77,26 +81,27 @@ class Instruction:
     cid: int
     weight: float                      # p_i: the client's share of the sampled clients' training examples
     weights: torch.Tensor              # the global flat weights x (read only)
+    frozen: tuple                      # the groups this stage freezes
     stage_mask: torch.Tensor           # 0/1 over the flat buffer: the groups this stage trains
     lr: float                          # the local rate of the round
     value_l2: float                    # lambda of the value penalty
     anchor_coeff: float                # the local objective's prox weight
     value_mode: str = "ridge"          # the value penalty's form (Config.value_l2_mode: ridge | prox)
-    mask: torch.Tensor | None = None   # the client's own mask when the server sets it (Flower: Method.to_client's
-    #                                    "mask"); None: the client asks its method (client_mask)
+    sent: dict = field(default_factory=dict)  # the server half's Method.to_client for this client ("mask": the
+    #                                           client's mask, where the server decides it)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Reply:
     """What client `cid` sends back: its update after Method.upload, as a view of the clients' side's buffer (valid
-    until the next reply), and what the server counts."""
+    until the next reply), what the server counts, and what its half of the method sends the server's."""
 
     cid: int
     weight: float                 # p_i, as instructed
     update: torch.Tensor          # client - global weights, as Method.upload left it
     loss: float                   # mean training loss over its steps
     steps: int
-    mask: torch.Tensor | None     # the method's mask it trained by (None: every trainable entry)
+    extras: dict = field(default_factory=dict)  # the clients' half's Method.to_server
 
 
 @dataclass
@@ -182,23 +187,25 @@ class Round:
                     trainable_bytes=self.trainable_bytes)
 
     def instructions(self, plan: Plan) -> list[Instruction]:
-        """One Instruction per sampled client, in the sampled order (in this process: the global weights as they
-        are, and no mask: each client asks its method)."""
-        return [Instruction(r=plan.r, cid=cid, weight=float(plan.weights[j]), weights=self.x, stage_mask=plan.mask,
-                            lr=plan.lr, value_l2=plan.value_l2, anchor_coeff=plan.anchor_coeff,
-                            value_mode=self.value_mode)
+        """One Instruction per sampled client, in the sampled order, with what the method's server half has for it
+        (Method.to_client; in this process the global weights and the tensors as they are, read only)."""
+        return [Instruction(r=plan.r, cid=cid, weight=float(plan.weights[j]), weights=self.x, frozen=plan.frozen,
+                            stage_mask=plan.mask, lr=plan.lr, value_l2=plan.value_l2, anchor_coeff=plan.anchor_coeff,
+                            value_mode=self.value_mode, sent=self.method.to_client(plan.r, cid))
                 for j, cid in enumerate(plan.sampled)]
 
     def receive(self, plan: Plan, reply: Reply) -> None:
-        """A client's reply into the round: its update into the accumulator (the method's aggregate), the drift
-        sums, its share of the training loss, and its (down, up) bytes by the method's count (`exchanged_bytes`),
-        the frozen block once per stage."""
-        tally, weight = self.tally, reply.weight
-        self.method.aggregate(self.acc, reply.cid, reply.update, weight)
+        """A client's reply into the round: what its half sent (the method's from_client), its update into the
+        accumulator (aggregate), the drift sums, its share of the training loss, and its (down, up) bytes by the
+        method's count (`exchanged_bytes`, by the mask the server's half knows it trained by), the frozen block
+        once per stage."""
+        tally, weight, method = self.tally, reply.weight, self.method
+        method.from_client(plan.r, reply.cid, reply.extras, weight)
+        method.aggregate(self.acc, reply.cid, reply.update, weight)
         for g, sq in self.s.flat.group_sq_norms(reply.update).items():
             tally.client_sq[g] += weight * sq
         tally.train_loss += weight * reply.loss
-        down, up = exchanged_bytes(self.s, self.method, plan, reply.cid, reply.mask)
+        down, up = exchanged_bytes(self.s, method, plan, reply.cid, method.client_mask(plan.r, reply.cid))
         tally.bytes_down += down + self.frozen_block_bytes(plan, reply.cid)
         tally.bytes_up += up
 
@@ -242,12 +249,16 @@ class Round:
 
 
 class LocalTraining:
-    """The clients' side of a round in this process: the local optimiser of the stage and, under the batched
-    engine, its layout; `replies` turns each client's Instruction into its Reply, in order."""
+    """The clients' side of a round: the clients' half of the method (`method`: an instance of its own, set up on
+    the same Setup; in this process it keeps every client's state), the local optimiser of the stage and, under the
+    batched engine, its layout; `replies` turns each client's Instruction into its Reply, in order. The stage comes
+    with the instructions: the first one configures it, a later one that freezes other groups switches it (a fresh
+    local optimiser; the clients' half drops the old stage's state)."""
 
     def __init__(self, s, method, use_batched: bool):
         self.s, self.method, self.use_batched = s, method, use_batched
         self.delta = torch.empty_like(s.flat.data)  # the update of the client being replied for
+        self.frozen = None  # the stage configured (None: none yet)
 
     def configure(self, mask: torch.Tensor) -> None:
         """The stage's trainable `mask` (Round.mask, Plan.mask) goes to the local update rule, which alone decides
@@ -256,13 +267,26 @@ class LocalTraining:
         self.opt = local.make_optimizer(s.cfg, s.flat, mask, model=s.model)
         self.layout = batched.EntryMap(s.model, s.flat, self.opt.slices) if self.use_batched else None
 
+    def _stage(self, ins: Instruction) -> None:
+        """The instruction's stage: configured at the first, switched when it changes."""
+        if ins.frozen == self.frozen:
+            return
+        if self.frozen is not None:
+            self.method.on_stage_switch(ins.frozen)
+        self.frozen = ins.frozen
+        self.configure(ins.stage_mask)
+
     def _prepare(self, ins: Instruction) -> ClientWork:
         """The hooks before client `ins.cid` trains; the model holds the global weights, the optimiser a fresh
         state."""
-        s, method, opt, r, cid = self.s, self.method, self.opt, ins.r, ins.cid
+        s, method, r, cid = self.s, self.method, ins.r, ins.cid
+        self._stage(ins)
+        opt = self.opt
         s.flat.data.copy_(ins.weights)
+        method.from_server(r, cid, ins.sent)
         opt.reset()  # a fresh local optimiser state and the run's rule, per client per round
-        cmask = ins.mask if ins.mask is not None else method.client_mask(r, cid)
+        sent_mask = ins.sent.get("mask")
+        cmask = method.client_mask(r, cid) if sent_mask is None else sent_mask.to(s.flat.data.dtype)
         opt.mask = cmask  # the rule applies it (fedfrozen.update)
         trains = ins.stage_mask if cmask is None else cmask * ins.stage_mask
         method.init_client(r, cid, None if self.use_batched else opt, trains)
@@ -278,12 +302,13 @@ class LocalTraining:
 
     def _reply(self, c: ClientWork) -> Reply:
         """The model holds client `c`'s trained weights: its update (client - global), as the method uploads it,
-        the method's after-hook, and the Reply."""
-        ins = c.ins
+        the method's after-hook, and the Reply with what the clients' half sends up."""
+        ins, method = c.ins, self.method
         delta = torch.sub(self.s.flat.data, ins.weights, out=self.delta)
-        self.method.upload(ins.r, c.cid, delta)
-        self.method.after_client(ins.r, c.cid, delta, c.steps, ins.lr, c.trains)
-        return Reply(cid=c.cid, weight=ins.weight, update=delta, loss=c.loss, steps=c.steps, mask=c.mask)
+        method.upload(ins.r, c.cid, delta)
+        method.after_client(ins.r, c.cid, delta, c.steps, ins.lr, c.trains)
+        return Reply(cid=c.cid, weight=ins.weight, update=delta, loss=c.loss, steps=c.steps,
+                     extras=dict(method.to_server(ins.r, c.cid)))
 
     def replies(self, instructions):
         """Each instructed client's Reply, in order (a generator: the caller receives each before the next client
@@ -292,6 +317,8 @@ class LocalTraining:
         s, cfg = self.s, self.s.cfg
         instructions = list(instructions)
         n = len(instructions)
+        if n:
+            self._stage(instructions[0])
         chunk = max(1, batched.chunk_size(cfg, self.layout, s.model, s, n)) if self.use_batched else 1
         for c0 in range(0, n, chunk):
             clients = []
@@ -314,9 +341,33 @@ class LocalTraining:
                                           value_mode=first.value_mode)
             for c, (weights, loss_sum, steps) in zip(clients, trained):
                 s.flat.data.copy_(first.weights)
-                self.layout.scatter(weights, s.flat.data)  # the model holds the client's weights
+                self.layout.scatter(weights, s.flat.data)  # the model holds the client's trained weights
                 c.loss_sum, c.steps = loss_sum, steps
                 yield self._reply(c)
+
+
+def play(rnd: Round, r: int, hist, exchange) -> bool:
+    """Round r in its order, written once: the loop runs it with its clients in this process, the Flower ServerApp
+    with its nodes. Opens the round (stage switch, rate, value penalty, sampling), gives `exchange(plan,
+    instructions)` one Instruction per sampled client and takes back (replies, columns): the replies of the clients
+    that trained, in the sampled order (an iterable: in process each is received before the next client trains),
+    and columns for the History row (Flower: what its records weighed, failures). Each reply is received (from_client,
+    aggregate, drift, bytes) unless its loss is not finite: then `hist.diverged` says where, nothing more is taken and
+    no row is written. Else the round closes (server step on the replies received, the stage's freeze, measurements,
+    evaluation: the row). Returns whether the run stops (diverged, or the method asks)."""
+    started = time.perf_counter()
+    plan = rnd.open(r)
+    replies, columns = exchange(plan, rnd.instructions(plan))
+    joined = []
+    for reply in replies:
+        if not math.isfinite(reply.loss):
+            hist.diverged = {"round": r, "client": reply.cid}
+            warnings.warn(f"run diverged: non-finite loss at round {r}, client {reply.cid}; stopping",
+                          RuntimeWarning, stacklevel=2)
+            return True
+        rnd.receive(plan, reply)
+        joined.append(reply.cid)
+    return rnd.finish(plan, hist, started, joined=joined, **columns)
 
 
 def exchanged_bytes(s, method, plan: Plan, cid: int, mask) -> tuple[int, int]:

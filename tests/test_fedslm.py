@@ -30,9 +30,9 @@ def test_clients_start_from_their_groups_truncation_and_keep_its_rank():
     cfg, s, m = _method(method_args={"ranks": (2, 4, 8)})
     assert sorted(m.group.tolist()) == [0, 0, 1, 1, 2, 2]      # round-robin over a seeded permutation
     x = s.flat.data.clone()
-    m.begin_round(0, list(range(6)))
     for cid in range(6):
         s.flat.data.copy_(x)
+        m.from_server(0, cid, {})  # the clients' half decomposes the round's global weights once
         m.init_client(0, cid, None, torch.ones_like(x))
         r = m.ranks[m.group_of(cid)]
         for layer in m.layers:
@@ -52,7 +52,7 @@ def test_clients_start_from_their_groups_truncation_and_keep_its_rank():
 def test_adapters_add_a_rank_a_change_to_the_fixed_base():
     cfg, s, m = _method(method_args={"ranks": (4,), "adapter_rank": 2})
     x = s.flat.data.clone()
-    m.begin_round(0, [0])
+    m.from_server(0, 0, {})
     m.init_client(0, 0, None, torch.ones_like(x))
     base = [m._view(s.flat.data, layer).clone() for layer in m.layers]
     s.flat.data.add_(torch.randn_like(x) * 0.1)

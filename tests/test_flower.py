@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from conftest import tiny_config
@@ -175,20 +176,19 @@ def test_a_failing_client_does_not_stop_the_run(tmp_path):
     assert hist.rows[1]["test_acc"] is not None
 
 
-class _OwnMask(ff.methods.Method):
-    """A plugin with a client-side hook whose state it does not say how to carry (split stays False)."""
+class _NotOnFlower(ff.methods.Method):
+    """A plugin that says it cannot run on a federation."""
 
-    def client_mask(self, r, cid):
-        return None
+    not_on = {"flower": "it reads every client's data on the server"}
 
 
-def test_a_method_whose_client_state_cannot_cross_is_named_before_any_node_starts(tmp_path):
-    ff.methods.register("own_mask", _OwnMask, summary="a client-side hook without split hooks")
+def test_a_method_that_cannot_run_on_flower_is_named_before_any_node_starts(tmp_path):
+    ff.methods.register("not_on_flower", _NotOnFlower, summary="a plugin that cannot run on Flower")
     try:
-        with pytest.raises(ValueError, match="own_mask.*not supported on Flower.*client_mask.*Method.split is False"):
-            fl.simulate(tiny_config(method="own_mask"), tmp_path / "h.json")
+        with pytest.raises(ValueError, match="not_on_flower.*not supported on Flower.*reads every client's data"):
+            fl.simulate(tiny_config(method="not_on_flower"), tmp_path / "h.json")
     finally:
-        ff.methods.unregister("own_mask")
+        ff.methods.unregister("not_on_flower")
     assert not (tmp_path / "h.json").exists()
     fl.check_supported(tiny_config(method="fedfrozen_plateau", freeze_schedule="progressive"))
 
@@ -228,7 +228,7 @@ def test_client_state_lives_in_the_nodes_context_and_a_stage_switch_drops_it():
     import torch
     from flwr.app import Context, RecordDict
 
-    from fedfrozen.flower import client
+    from fedfrozen.flower import client, records
 
     cfg = tiny_config(method="scaffold", n_clients=3, rounds=3)
     s = client._setup(cfg)
@@ -238,7 +238,8 @@ def test_client_state_lives_in_the_nodes_context_and_a_stage_switch_drops_it():
     sent = {"c": torch.zeros(s.flat.numel)}
 
     def one_round(r, frozen=()):
-        conf = {"frozen": ",".join(frozen), "lr": cfg.lr, "value-l2": 0.0, "proximal-mu": 0.0, "sampled": [0, 1, 2]}
+        plan = SimpleNamespace(r=r, frozen=frozen, lr=cfg.lr, value_l2=0.0, anchor_coeff=0.0, sampled=[0, 1, 2])
+        conf = records.write_round(plan)  # the round's ConfigRecord, as the server writes it
         _, _, up, keep = client.train_client(cfg, 1, r, state, conf, sent, client.kept_state(context, cfg, frozen))
         client.keep_state(context, cfg, frozen, keep)
         return up["dc"], keep["c_i"]
@@ -411,3 +412,21 @@ def test_each_flower_home_gets_local_superlink_ports_of_its_own(tmp_path):
     assert set(pa) == set(pb) == set(launch.LOCAL_PORTS_ENV)
     assert len({*pa.values(), *pb.values()}) == 4 and all(1024 < int(p) < 65536 for p in pa.values())
     assert launch._local_ports(a) == pa  # the same home: the same ports
+
+
+def test_the_round_and_reply_records_read_back_what_was_written_from_one_declaration():
+    """fedfrozen.flower.records: each message's fields declared once; what the server writes the client reads back
+    (Flower's round counted from 1, the frozen groups as text), and a reply names only its declared fields."""
+    from fedfrozen.flower import records
+
+    plan = SimpleNamespace(r=4, frozen=("qk",), lr=0.003, value_l2=0.05, anchor_coeff=0.01, sampled=[2, 7])
+    conf = records.write_round(plan)
+    assert conf["server-round"] == 5 and conf["proximal-mu"] == 0.01 and conf["frozen"] == "qk"
+    assert records.read_round(conf) == {k: getattr(plan, k) for k in ("r", "frozen", "lr", "value_l2", "anchor_coeff",
+                                                                      "sampled")}
+    assert records.read_round(records.write_round(SimpleNamespace(**{**vars(plan), "frozen": ()})))["frozen"] == ()
+    sent = records.write_reply(cid=3, examples=40, loss=0.5, steps=6)
+    assert records.read_reply(sent) == {"cid": 3, "examples": 40, "loss": 0.5, "steps": 6}
+    assert records.read_reply(records.write_reply(cid=3, examples=0)) == {"cid": 3, "examples": 0}
+    with pytest.raises(ValueError, match="no field.*'weight'"):
+        records.write_reply(cid=3, examples=1, weight=0.5)

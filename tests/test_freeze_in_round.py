@@ -11,24 +11,18 @@ import torch
 import fedfrozen as ff
 from fedfrozen import loop, methods
 from fedfrozen.methods import fedopt
-from fedfrozen.round import LocalTraining
+from fedfrozen.round import LocalTraining, play
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rounds(cfg, n):
-    method = methods.build(cfg)
-    s, rnd, hist, _ = loop.start_up(cfg, method)
-    clients = LocalTraining(s, method, False)
-    clients.configure(rnd.mask)
+    method, client = methods.build(cfg), methods.build(cfg)  # the server's half, the clients'
+    s, rnd, hist, _ = loop.start_up(cfg, method, client=client)
+    clients = LocalTraining(s, client, False)
     seen = [rnd.x.clone()]
     for r in range(n):
-        plan = rnd.open(r)
-        if plan.switched:
-            clients.configure(plan.mask)
-        for reply in clients.replies(rnd.instructions(plan)):
-            rnd.receive(plan, reply)
-        rnd.finish(plan, hist, 0.0)
+        play(rnd, r, hist, lambda plan, instructions: (clients.replies(instructions), {}))
         seen.append(rnd.x.clone())
     return s, seen
 

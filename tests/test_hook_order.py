@@ -1,15 +1,15 @@
 """One hook order: every registered method's hooks, recorded under fedfrozen.run and under the Flower apps, are
-called in the same order (issue: client and server speak in messages).
+called in the same order, on the same half (issue: a method in two halves that talk in records).
 
-The Flower side runs the real ServerApp path (`fedfrozen.flower.server.run_server`: the strategy, its records) and
-the real ClientApp function (`fedfrozen.flower.client.train`) on a Grid whose nodes are called in this process, so
-every method takes a second here (tests/test_flower.py runs the same apps on a Flower simulation, and slower).
+The Flower side runs the real ServerApp path (`fedfrozen.flower.server.run_server`: fedfrozen.round.play on the Grid,
+its records) and the real ClientApp function (`fedfrozen.flower.client.train`) on a Grid whose nodes are called in
+this process, so every method takes a second here (tests/test_flower.py runs the same apps on a Flower simulation,
+and slower).
 
-What only a federation does is left out of the comparison, by name: the split hooks that carry state across
-(to_client, from_server, client_state, load_client_state, to_server, from_client), each client replica's own
-start (setup, begin_round), and the server asking the mask a reply trained by (to count its bytes). The mask itself
-is asked once per client before it trains on both: by the client's `client_mask`, or, where the server sends it, by
-the server's inside `to_client`.
+In the loop the method's two halves are two instances (the server's, the clients'); on Flower the server holds one
+and each node builds a clients' half for its round. The server's half is called identically in both, hook for hook;
+each client's sequence is identical too, but for what only a Flower node does: its half's own start (setup) and the
+state it keeps in its Context (load_client_state, client_state).
 """
 
 import contextlib
@@ -18,7 +18,6 @@ import pytest
 from conftest import tiny_config
 
 import fedfrozen as ff
-from fedfrozen.methods.base import CLIENT_HOOKS
 
 pytest.importorskip("flwr")
 from flwr.app import Context, RecordDict  # noqa: E402
@@ -30,9 +29,8 @@ from fedfrozen.flower import server as flower_server  # noqa: E402
 ROUND_HOOKS = ("frozen_groups", "on_stage_switch", "value_penalty", "sample_clients", "begin_round", "anchor_coeff",
                "client_mask", "init_client", "client_forward", "correction", "upload", "after_client", "aggregate",
                "client_bytes", "server_update", "on_round_end")
-SPLIT_HOOKS = ("to_client", "from_server", "client_state", "load_client_state", "to_server", "from_client")
-CLIENT_SIDE = (*CLIENT_HOOKS, "correction")  # what runs where the client trains (fedfrozen.round.LocalTraining)
-REPLICA_START = ("setup", "begin_round")     # a Flower client's replica of the method, built for its round
+RECORD_HOOKS = ("to_client", "from_server", "client_state", "load_client_state", "to_server", "from_client")
+NODE_ONLY = ("setup", "on_stage_switch", "client_state", "load_client_state")  # a Flower node's half, or no client
 # where the (r, cid) of a hook call is among its arguments
 WHERE = {"client_mask": (0, 1), "init_client": (0, 1), "client_forward": (0, 1), "upload": (0, 1),
          "after_client": (0, 1), "client_bytes": (0, 1), "to_client": (0, 1), "from_server": (0, 1),
@@ -43,13 +41,13 @@ EVERY = dict(n_clients=3, clients_per_round=2, rounds=3, warmup_rounds=1)
 
 
 class Recorder:
-    """Every call of the hooks above on the method's class: (side, round, hook, client, depth), depth 0 for an
-    outermost call (a hook calling another, or super(), is deeper). Under the loop the side follows from the hook;
-    under Flower (`flower=True`) a call is the client's while the Grid below runs a ClientApp call, else the
-    server's."""
+    """Every call of the hooks above on the method's class: (instance, side, round, hook, client, depth), depth 0 for
+    an outermost call (a hook calling another, or super(), is deeper). Under Flower (`flower=True`) a call is the
+    client's while the Grid below runs a ClientApp call, else the server's; in the loop the side is the instance's
+    (`calls`: the clients' half is the instance that prepares clients)."""
 
     def __init__(self, flower: bool = False):
-        self.flower, self.calls = flower, []
+        self.flower, self.raw = flower, []
         self.client = None  # (round, cid) while a ClientApp call runs
         self.round = -1
 
@@ -60,32 +58,37 @@ class Recorder:
             depth = method.__dict__.get("_recorder_depth", 0)
             method.__dict__["_recorder_depth"] = depth + 1
             try:
-                rec.note(name, args, depth)
+                rec.note(method, name, args, depth)
                 return original(method, *args, **kw)
             finally:
                 method.__dict__["_recorder_depth"] = depth
         return hook
 
-    def note(self, name, args, depth):
+    def note(self, method, name, args, depth):
         at_r, at_cid = WHERE.get(name, (None, None))
         cid = int(args[at_cid]) if at_cid is not None else None
-        if name == "begin_round" and self.client is None:
-            self.round = int(args[0])
         if self.client is not None:
-            side, r = "client", self.client[0]
-        else:
-            side = "server" if self.flower or name not in CLIENT_SIDE else "client"
-            r = self.round
-        self.calls.append((side, r, name, cid, depth))
+            self.raw.append((id(method), "client", self.client[0], name, cid, depth))
+            return
+        if name == "begin_round":
+            self.round = int(args[0])
+        self.raw.append((id(method), "server" if self.flower else None, self.round, name, cid, depth))
+
+    @property
+    def calls(self):
+        """(side, round, hook, client, depth) of every call; in the loop the clients' half is the instance whose
+        init_client ran."""
+        clients = {m for m, _, _, name, _, _ in self.raw if name == "init_client"}
+        return [(side or ("client" if m in clients else "server"), r, name, cid, depth)
+                for m, side, r, name, cid, depth in self.raw]
 
 
 @contextlib.contextmanager
 def recording(monkeypatch, cfg, flower: bool = False):
     rec = Recorder(flower)
     mro = type(ff.methods.build(cfg)).__mro__
-    for name in (*ROUND_HOOKS, *SPLIT_HOOKS, *REPLICA_START):
-        # on the class that defines it: which hooks a method overrides (Method.cannot_run) stays as it was
-        owner = next(c for c in mro if name in c.__dict__)
+    for name in (*ROUND_HOOKS, *RECORD_HOOKS, "setup"):
+        owner = next(c for c in mro if name in c.__dict__)  # on the class that defines it
         monkeypatch.setattr(owner, name, rec.wrap(name, owner.__dict__[name]))
     yield rec
     monkeypatch.undo()
@@ -136,7 +139,7 @@ def server_side(calls, drop=()):
     return [(name, cid) for side, _, name, cid, depth in calls if side == "server" and not depth and name not in drop]
 
 
-def client_side(calls, drop=()):
+def client_side(calls, drop=NODE_ONLY):
     """Per (round, client): the outermost hook calls on its side, in order."""
     out = {}
     for side, r, name, cid, depth in calls:
@@ -146,8 +149,8 @@ def client_side(calls, drop=()):
 
 
 def mask_asked(calls) -> dict:
-    """(round, client) -> the sides that asked its mask before it trained: the client's client_mask before its
-    init_client, the server's inside its to_client."""
+    """(round, client) -> who asked its mask before it trained: the client's half ("client") before its
+    init_client, or the server's inside its to_client ("server", which sends it)."""
     out, inside = {}, None
     for side, r, name, cid, depth in calls:
         if name == "to_client":
@@ -158,8 +161,6 @@ def mask_asked(calls) -> dict:
             out.setdefault((r, cid), set()).add("client")
         elif name == "client_mask" and side == "server" and inside == (r, cid):
             out.setdefault((r, cid), set()).add("server")
-        if name == "init_client" and depth == 0:
-            out.setdefault((r, cid), set()).add("trained")
     return out
 
 
@@ -177,20 +178,25 @@ def test_every_method_calls_its_hooks_in_one_order_in_the_loop_and_on_flower(nam
     assert [(r["bytes_down"], r["bytes_up"]) for r in fl.rows] == [(r["bytes_down"], r["bytes_up"]) for r in loop.rows]
     sampled = {(r["round"], c) for r in loop.rows for c in r["clients"]}
 
-    # the server's side, whole: the same hooks on the same clients in the same order
+    # the server's half, whole: the same hooks on the same clients in the same order
     opening = ["setup", "frozen_groups", "value_penalty", "sample_clients", "begin_round", "anchor_coeff"]
     assert server_side(ours.calls, drop=("on_stage_switch",))[:7] == [
-        *((h, None) for h in opening), ("aggregate", loop.rows[0]["clients"][0])]
-    assert server_side(theirs.calls, drop=(*SPLIT_HOOKS, "client_mask")) == server_side(ours.calls)
-    # each client's side, round by round: the same hooks in the same order
-    mine = client_side(ours.calls, drop=("client_mask",))
+        *((h, None) for h in opening), ("to_client", loop.rows[0]["clients"][0])]
+    assert server_side(theirs.calls) == server_side(ours.calls)
+    first = loop.rows[0]["clients"][0]
+    assert server_side(ours.calls).index(("from_client", first)) + 1 == server_side(ours.calls).index(
+        ("aggregate", first))  # what the client sent is taken before its update is folded
+    # each client's half, round by round: the same hooks in the same order (no server hook runs there)
+    mine = client_side(ours.calls, drop=(*NODE_ONLY, "client_mask"))
     assert set(mine) == sampled
-    assert all(seq == ["init_client", "client_forward", "correction", "upload", "after_client"]
-               for seq in mine.values())
-    assert client_side(theirs.calls, drop=(*SPLIT_HOOKS, *REPLICA_START, "client_mask")) == mine
-    # the mask: in the loop the client asks it, once, before it trains; on Flower the client or, where the server
-    # sends it, the server (in to_client) has asked it before the client trains
-    assert mask_asked(ours.calls) == {k: {"client", "trained"} for k in sampled}
-    assert all(client_side(ours.calls)[k][0] == "client_mask" for k in sampled)
-    asked = mask_asked(theirs.calls)
-    assert set(asked) == sampled and all(len(asked[k] - {"trained"}) >= 1 for k in sampled)
+    assert all(seq == ["from_server", "init_client", "client_forward", "correction", "upload", "after_client",
+                       "to_server"] for seq in mine.values())
+    assert client_side(theirs.calls) == client_side(ours.calls)
+    server_only = {"frozen_groups", "value_penalty", "sample_clients", "begin_round", "anchor_coeff", "to_client",
+                   "from_client", "aggregate", "client_bytes", "server_update", "on_round_end"}
+    assert not server_only & {name for side, _, name, _, _ in ours.calls + theirs.calls if side == "client"}
+    # the mask: asked for every client before it trains, by the server's half (which sends it, when it has one)
+    # and/or by the client's own
+    asked = mask_asked(ours.calls)
+    assert set(asked) == sampled and all(v <= {"server", "client"} and v for v in asked.values())
+    assert mask_asked(theirs.calls) == asked

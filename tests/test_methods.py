@@ -59,21 +59,27 @@ def test_server_optimiser_leaves_entries_no_client_moved():
 
 
 def test_scaffold_control_variates_start_at_zero_and_use_s_over_n():
+    """The two halves: the clients' computes c_i+ and sends c_i+ - c_i up; the server's sums them, c += |S|/N mean,
+    and sends c down; nothing else crosses."""
     cfg = SimpleNamespace(prox_mu=0.0, feddyn_alpha=0.1, scaffold_variant="update", optimizer="sgd")
-    st = Scaffold(cfg)
-    st.setup(3, "cpu")
-    assert torch.equal(st.c, torch.zeros(3)) and torch.equal(st.correction(7), torch.zeros(3))
+    server, client = Scaffold(cfg), Scaffold(cfg)
+    server.setup(3, "cpu")
+    client.setup(3, "cpu")
+    assert torch.equal(server.c, torch.zeros(3)) and torch.equal(client.correction(7), torch.zeros(3))
     mask = torch.ones(3)
-    st.begin_round()
+    server.begin_round()
     d1, d2 = torch.tensor([1.0, 0.0, -1.0]), torch.tensor([0.0, 2.0, 0.0])
-    st.after_client(0, d1, steps=2, lr=0.5, mask=mask)
-    st.after_client(1, d2, steps=2, lr=0.5, mask=mask)
-    # c_i+ = c_i - c + (x^r - x_i)/(K eta) = -delta / 1
-    assert torch.equal(st.client[0], -d1) and torch.equal(st.client[1], -d2)
-    st.end_round(n_sampled=2, n_clients=10, mask=mask)
+    for cid, d in ((0, d1), (1, d2)):
+        client.from_server(cid, server.to_client(cid))
+        client.after_client(cid, d, steps=2, lr=0.5, mask=mask)
+        server.from_client(cid, client.to_server(cid))
+    # c_i+ = c_i - c + (x^r - x_i)/(K eta) = -delta / 1, kept by the clients' half only
+    assert torch.equal(client.client[0], -d1) and torch.equal(client.client[1], -d2) and not server.client.vec
+    server.end_round(n_sampled=2, n_clients=10, mask=mask)
     expected = (2 / 10) * ((-d1) + (-d2)) / 2  # c += |S|/N * mean(c_i+ - c_i)
-    assert torch.allclose(st.c, expected)
-    assert torch.allclose(st.correction(0), expected - (-d1))
+    assert torch.allclose(server.c, expected) and torch.equal(client.c, torch.zeros(3))
+    client.from_server(0, server.to_client(0))
+    assert torch.allclose(client.correction(0), expected - (-d1))
 
 
 def test_feddyn_and_components_compose():
@@ -250,7 +256,8 @@ def test_scaffold_option_one_variate_is_the_full_batch_gradient_at_the_global_we
     cfg = tiny_config(method="scaffold", rounds=2)
     ckpt = tmp_path / "c.pt"
     ff.run(cfg, callbacks=[lambda r, row, h: r == 0], checkpoint=ckpt, progress=False)  # stop after round 0
-    state = torch.load(ckpt, weights_only=True)["method"]["local"]
+    saved = torch.load(ckpt, weights_only=True)
+    state, server = saved["client_method"]["local"], saved["method"]["local"]  # the clients' half, the server's
     ref = loop.prepare(cfg)  # the same initial weights x^0 (seeded)
     grads = []
     for cid in range(cfg.n_clients):  # by plain autograd: the gradient of the client's mean loss at x^0
@@ -259,8 +266,8 @@ def test_scaffold_option_one_variate_is_the_full_batch_gradient_at_the_global_we
         torch.nn.functional.cross_entropy(ref.model(ref.x[idx]), ref.y[idx]).backward()
         grads.append(ref.flat.grad.clone())
         assert torch.allclose(state["client"][str(cid)], grads[-1], atol=1e-6), cid
-    # server: c = (|S|/N) mean(c_i+ - 0) = mean of the gradients with full participation
-    assert torch.allclose(state["c"], torch.stack(grads).mean(0), atol=1e-6)
+    # server: c = (|S|/N) mean(c_i+ - 0) = mean of the gradients with full participation; it keeps no c_i
+    assert torch.allclose(server["c"], torch.stack(grads).mean(0), atol=1e-6) and not server["client"]
 
 
 @pytest.mark.parametrize("variant", ["update", "gradient"])
@@ -284,24 +291,26 @@ def test_scaffold_both_options_equal_fedavg_on_identical_clients(variant, monkey
 
 
 _HOOKS = ("frozen_groups", "on_stage_switch", "value_penalty", "sample_clients", "begin_round", "anchor_coeff",
-          "client_mask", "init_client", "client_forward", "correction", "upload", "aggregate", "after_client",
-          "client_bytes", "server_update", "on_round_end")
-_PRE = ["client_mask", "init_client", "client_forward", "correction"]
-_POST = ["upload", "after_client", "aggregate", "client_bytes"]  # the client's side, then the server's (as on Flower)
+          "to_client", "from_server", "client_mask", "init_client", "client_forward", "correction", "upload",
+          "after_client", "to_server", "from_client", "aggregate", "client_bytes", "server_update", "on_round_end")
+_PRE = [("client", h) for h in ("from_server", "client_mask", "init_client", "client_forward", "correction")]
+_POST = [("client", h) for h in ("upload", "after_client", "to_server")]
+_RECEIVE = [("server", h) for h in ("from_client", "aggregate", "client_mask", "client_bytes")]
 
 
 @pytest.mark.parametrize("engine", ["sequential", "batched"])
 def test_the_hooks_are_called_in_the_documented_order(engine):
-    """The order of methods/base.py's docstring and docs/methods.md, recorded (outermost calls only: a hook
-    calling another, as value_penalty calls frozen_groups, counts once). Sequentially each client passes its
-    hooks before and after training in turn; the batched engine runs every client's pre-training hooks first."""
+    """The order of methods/base.py's docstring and docs/methods.md, recorded on each half (outermost calls only:
+    a hook calling another, as value_penalty calls frozen_groups, counts once). Sequentially each client passes
+    its hooks before and after training in turn and the server takes its reply before the next one prepares; the
+    batched engine runs every client's pre-training hooks first."""
     calls = []
 
     def recorded(name):
         def hook(self, *a, **kw):
             self._depth = getattr(self, "_depth", 0) + 1
             if self._depth == 1:
-                calls.append(name)
+                calls.append((id(self), name))
             try:
                 return getattr(M.Method, name)(self, *a, **kw)
             finally:
@@ -315,11 +324,18 @@ def test_the_hooks_are_called_in_the_documented_order(engine):
                progress=False)
     finally:
         M.unregister("hook_recorder")
-    clients = _PRE + _POST + _PRE + _POST if engine == "sequential" else _PRE + _PRE + _POST + _POST
-    head = ["frozen_groups", "value_penalty", "sample_clients", "begin_round", "anchor_coeff"]
-    tail = ["server_update", "on_round_end"]
-    switch = ["frozen_groups", "on_stage_switch", *head[1:]]
-    assert calls == [*head, *clients, *tail, *switch, *clients, *tail]
+    client = {i for i, name in calls if name == "init_client"}
+    assert len(client) == 1 and len({i for i, _ in calls}) == 2  # two halves, two instances
+    sides = [("client" if i in client else "server", name) for i, name in calls]
+    if engine == "sequential":
+        clients = _PRE + _POST + _RECEIVE + _PRE + _POST + _RECEIVE
+    else:
+        clients = _PRE + _PRE + _POST + _RECEIVE + _POST + _RECEIVE
+    head = [("server", h) for h in ("frozen_groups", "value_penalty", "sample_clients", "begin_round",
+                                    "anchor_coeff", "to_client", "to_client")]
+    tail = [("server", "server_update"), ("server", "on_round_end")]
+    switch = [("server", "frozen_groups"), ("server", "on_stage_switch"), *head[1:], ("client", "on_stage_switch")]
+    assert sides == [*head, *clients, *tail, *switch, *clients, *tail]
 
 
 def test_where_a_method_cannot_run_is_one_mechanism_on_the_method():
@@ -329,32 +345,27 @@ def test_where_a_method_cannot_run_is_one_mechanism_on_the_method():
 
     every = {m: M.build(tiny_config(method=m)) for m in M.names()}
     on_flower = sorted(m for m, meth in every.items() if meth.cannot_run("flower") is None)
-    assert on_flower == sorted(M.names())  # every registered method's split hooks carry what its clients need
+    assert on_flower == sorted(M.names())  # every method's halves talk in records: they run on Flower as here
     for m, meth in every.items():
-        reason = meth.cannot_run("flower")
-        if reason is None:
-            check_supported(tiny_config(method=m))  # what Flower checks is this
-        else:
-            with pytest.raises(ValueError, match=f"{m}.*not supported on Flower"):
-                check_supported(tiny_config(method=m))
+        check_supported(tiny_config(method=m))  # what Flower checks is this
         assert (meth.cannot_run("batched") is None) == meth.batched
         assert (batched.unsupported(meth, torch.nn.Module()) is None) == meth.batched
+    assert not hasattr(M.Method, "split") and not hasattr(M.LocalObjective, "split")  # no flag to disagree on
 
-    class ClientHook(M.Method):  # a client-side hook, and no word on what crosses: refused on Flower
+    class ClientHook(M.Method):  # a client-side hook: its half runs it wherever the client trains
         def after_client(self, r, cid, delta, steps, lr, mask):
             pass
 
-    assert "after_client" in ClientHook(tiny_config()).cannot_run("flower")
-    ClientHook.split = True
     assert ClientHook(tiny_config()).cannot_run("flower") is None
     with pytest.raises(ValueError, match="runtime must be one of"):
         every["fedavg"].cannot_run("gpu")
 
     class Plugin(M.Method):
-        not_on = {"batched": "it needs the whole model per client"}
+        not_on = {"batched": "it needs the whole model per client", "flower": "it reads every client's data"}
 
     plugin = Plugin(tiny_config())
-    assert plugin.cannot_run("batched") == "it needs the whole model per client" and plugin.cannot_run("flower") is None
+    assert plugin.cannot_run("batched") == "it needs the whole model per client"
+    assert plugin.cannot_run("flower") == "it reads every client's data"
 
 
 def test_t0_at_or_past_the_last_round_means_never_frozen_everywhere():

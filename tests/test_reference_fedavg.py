@@ -79,15 +79,14 @@ def test_a_plain_torch_round_gives_fedfrozens_fedavg_weights():
     cfg = ff.Config(dataset="digits", model="vit_digits", model_kwargs=dict(embed_dim=16, depth=2, num_heads=2),
                     n_clients=6, clients_per_round=3, rounds=2, partition="dirichlet", alpha=0.5, lr=3e-3,
                     weight_decay=0.01, batch_size=16, method="fedavg", seed=1, device="cpu")
-    method = methods.build(cfg)
-    s, rnd, hist, _ = loop.start_up(cfg, method)
+    method, client = methods.build(cfg), methods.build(cfg)  # the server's half, the clients'
+    s, rnd, hist, _ = loop.start_up(cfg, method, client=client)
     plain = copy.deepcopy(s.model)
     for p in plain.parameters():
         p.data, p.grad = p.data.clone(), None
         p.requires_grad_(True)
     start = {n: p.detach().clone() for n, p in plain.named_parameters()}
-    clients = LocalTraining(s, method, False)
-    clients.configure(rnd.mask)
+    clients = LocalTraining(s, client, False)
     plan = rnd.open(0)
     for reply in clients.replies(rnd.instructions(plan)):
         rnd.receive(plan, reply)

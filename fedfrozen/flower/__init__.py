@@ -7,20 +7,19 @@
 The ClientApp (`fedfrozen.flower.client:app`) trains one client exactly as `fedfrozen.run` trains it: the
 same partition (its `partition-id` from the node config, the partitioner seeded by Config.seed), the same
 batches, seeds and local step: the records become the loop's `fedfrozen.round.Instruction` and the loop's client
-(`LocalTraining.replies`) answers it, with the method's client-side hooks run on a replica of the method. The
-ServerApp (`fedfrozen.flower.server:app`) holds the method object and runs the same
-round (`fedfrozen.round.Round`: stage switch, sampling, aggregation, server optimiser, adaptive schedules) inside
-a Flower strategy, and writes the same History as the in-process loop. What travels: the Config as JSON, the
-round's frozen groups, lr, value penalty, prox weight and the sampled partition ids in the ConfigRecord; the
-global arrays down (the frozen block once per stage) and each client's update up (its trainable part, as
-Method.upload left it); what the method's split hooks
-carry (`Method.to_client` down, e.g. SCAFFOLD's c or a layer mask; `Method.to_server` up, e.g. c_i+ - c_i).
+(`LocalTraining.replies`) answers it, with the clients' half of the method, built for its round. The ServerApp
+(`fedfrozen.flower.server:app`) holds the method's server half and runs the loop's round, in its order
+(`fedfrozen.round.play`: stage switch, sampling, aggregation, server optimiser, adaptive schedules) with the nodes
+as its exchange, and writes the same History as the in-process loop. What travels (fedfrozen.flower.records
+declares the scalars): the Config as JSON, the round's frozen groups, lr, value penalty, prox weight and the
+sampled partition ids in the ConfigRecord; the global arrays down (the frozen block once per stage) and each
+client's update up (its trainable part, as Method.upload left it); the records the halves exchange, in process
+as here (`Method.to_client` down, e.g. SCAFFOLD's c or a layer mask; `Method.to_server` up, e.g. c_i+ - c_i).
 What a client keeps across rounds (`Method.client_state`: SCAFFOLD's c_i, FedDyn's h_i) lives in its node's
 Context.state, tagged with the run's config and stage (a stage switch drops it).
 
-Every registered method runs here; a plugin whose client-side hooks need state its split hooks do not carry
-(`Method.split` is False) is refused before any node starts: `check_supported` gives the reason
-`Method.cannot_run("flower")` gives.
+Every registered method runs here; a plugin that says it cannot (`not_on = {"flower": reason}`) is refused before
+any node starts: `check_supported` gives the reason `Method.cannot_run("flower")` gives.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The ClientApp: one client's local training, as fedfrozen.loop trains it, with the method's client-side hooks
-on a replica of the method; what the client keeps across rounds lives in the node's Context.state."""
+"""The ClientApp: one client's local training, as fedfrozen.loop trains it (fedfrozen.round.LocalTraining), with
+the clients' half of the method built for the round; what the client keeps across rounds lives in the node's
+Context.state. The records are read and written by fedfrozen.flower.records, the one declaration of their fields."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .. import loop, methods, qkv
 from ..config import Config
 from ..io import atomic_write, follow_threads
 from ..round import Instruction, LocalTraining
+from . import records
 
 __all__ = ["app", "train_client", "failing", "kept_state", "keep_state"]
 
@@ -24,6 +26,16 @@ FROZEN_STAGE_KEY = "fedfrozen-frozen-stage"  # Context.state: the run and stage 
 CLIENT_KEY = "fedfrozen-client-state"  # Context.state: what the method's client keeps (Method.client_state)
 STAGE_KEY = "fedfrozen-client-stage"   # Context.state: the stage (frozen groups) that state belongs to
 _SETUP: dict = {}  # the Setup (data, partitions, resident model) of the last config, built once per process
+_CONFIG: dict = {}  # the Config of the last run's JSON, read (and checked) once per process
+
+
+def _config(text: str) -> Config:
+    """The run's Config from its JSON in the round's ConfigRecord: read and checked once per process (checking
+    builds the method: it is built once more per client and round, by train_client, not twice)."""
+    if text not in _CONFIG:
+        _CONFIG.clear()
+        _CONFIG[text] = Config.from_dict(json.loads(text))
+    return _CONFIG[text]
 
 
 def _config_id(cfg: Config) -> str:
@@ -46,56 +58,50 @@ def failing(spec: str, r: int, cid: int) -> bool:
 
 def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | None = None,
                  kept: dict | None = None) -> tuple[dict, dict, dict, dict]:
-    """Client `cid`'s round r from the global `state` (parameter name -> tensor), as fedfrozen.loop trains it: a
-    replica of the method (same Config) runs the client-side hooks between `sent` (what Method.to_client gave for
-    this client) and `kept` (its client_state of its last round in this stage). Returns (its update per trainable
-    parameter, client - global after Method.upload,
-    metrics, what goes to the server (Method.to_server), what the client keeps (Method.client_state))."""
+    """Client `cid`'s round r from the global `state` (parameter name -> tensor), as fedfrozen.loop trains it: the
+    clients' half of the method, built for this round (same Config) and given `kept` (its client_state of its last
+    round in this stage), answers the round's Instruction (`conf`, and `sent`: what the server's half's to_client
+    gave for this client) with the loop's LocalTraining. Returns (its update per trainable parameter, client -
+    global after Method.upload, metrics, what goes to the server (Method.to_server), what the client keeps
+    (Method.client_state))."""
     s = _setup(cfg)
     flat = s.flat
     for name, (a, b) in flat.param_range.items():
         flat.data[a:b].copy_(state[name].reshape(-1))
     x_global = flat.data.clone()
-    frozen = tuple(g for g in str(conf["frozen"]).split(",") if g)
-    sampled = [int(i) for i in conf["sampled"]]
-    method = methods.build(cfg)  # a fresh replica each round: what it knows comes from `sent` and `kept`
+    round_fields = records.read_round(conf)
+    frozen = round_fields["frozen"]
+    method = methods.build(cfg)  # this client's half for the round: what it knows comes from `sent` and `kept`
     method.setup(s)
-    method.from_server(r, cid, sent or {})
     method.load_client_state(cid, kept or {})
-    method.begin_round(r, sampled)
-    training = LocalTraining(s, method, use_batched=False)
     trainable = [g for g in qkv.GROUPS if g not in frozen]
-    stage_mask = flat.mask(trainable)
-    training.configure(stage_mask)
-    mask = (sent or {}).get("mask")  # the server's client_mask for it; None: the client's own (head pruning)
-    ins = Instruction(r=r, cid=cid, weight=1.0, weights=x_global, stage_mask=stage_mask, lr=float(conf["lr"]),
-                      value_l2=float(conf["value-l2"]), anchor_coeff=float(conf["proximal-mu"]),
-                      value_mode=cfg.value_l2_mode, mask=None if mask is None else mask.to(flat.data.dtype))
-    (reply,) = training.replies([ins])  # the loop's client: its hooks, local step, upload and after-hook
+    ins = Instruction(r=r, cid=cid, weight=1.0, weights=x_global, frozen=frozen, stage_mask=flat.mask(trainable),
+                      lr=round_fields["lr"], value_l2=round_fields["value_l2"],
+                      anchor_coeff=round_fields["anchor_coeff"], value_mode=cfg.value_l2_mode, sent=sent or {})
+    (reply,) = LocalTraining(s, method, use_batched=False).replies([ins])  # the loop's client, its hooks in order
     delta = reply.update
     keep = qkv.param_names(s.model, trainable)
     # the update as the method's upload left it (FedSLM truncates it), per trainable parameter: the server folds it
     # as it is (no re-subtraction of the global weights, so the same bits as the loop's)
     arrays = {name: delta[a:b].view(p.shape).clone() for name, p in s.model.named_parameters() if name in keep
               for a, b in [flat.param_range[name]]}
-    metrics = {"num-examples": len(s.client_train[cid]), "train-loss": reply.loss, "steps": reply.steps,
-               "partition-id": cid}
-    return arrays, metrics, dict(method.to_server(r, cid)), dict(method.client_state(cid))
+    metrics = records.write_reply(cid=cid, examples=len(s.client_train[cid]), loss=reply.loss, steps=reply.steps)
+    return arrays, metrics, reply.extras, dict(method.client_state(cid))
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     follow_threads()  # the thread count of the process that started the federation (its sums are the loop's)
     conf = msg.content["config"]
-    cfg = Config.from_dict(json.loads(conf["fedfrozen"]))
+    cfg = _config(str(conf["fedfrozen"]))
     cid = int(context.node_config["partition-id"])
     n = int(context.node_config["num-partitions"])
     if n != cfg.n_clients:
         raise ValueError(f"the federation has {n} partitions but the config has n_clients={cfg.n_clients}")
-    r = int(conf["server-round"]) - 1
+    round_fields = records.read_round(conf)
+    r, frozen = round_fields["r"], list(round_fields["frozen"])
     if failing(str(conf.get("fail", "")), r, cid):
         raise RuntimeError(f"client {cid} failed in round {r} (asked to by the run config's `fail`)")
-    frozen = [g for g in str(conf["frozen"]).split(",") if g]
     state = msg.content["arrays"].to_torch_state_dict() if "arrays" in msg.content else None
     if frozen and state is not None:  # the frozen block comes once per stage (also to a node not sampled in the
         # round it came: the server counts it delivered): keep it in the node's state, tagged with run and stage
@@ -107,8 +113,8 @@ def train(msg: Message, context: Context) -> Message:
             state.update(context.state[FROZEN_KEY].to_torch_state_dict())
         else:
             raise RuntimeError(f"client {cid}: round {r} has frozen groups {frozen} but the node never received them")
-    if cid not in [int(i) for i in conf["sampled"]]:
-        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "partition-id": cid})}), reply_to=msg)
+    if cid not in round_fields["sampled"]:
+        return Message(RecordDict({"metrics": MetricRecord(records.write_reply(cid=cid, examples=0))}), reply_to=msg)
     sent = _tensors(msg.content["method"], cid) if "method" in msg.content else {}
     folder = str(conf.get("client-state-dir", ""))
     arrays, metrics, up, keep = train_client(cfg, cid, r, state, conf, sent,

@@ -1,4 +1,6 @@
-"""The ServerApp: fedfrozen's method object inside a Flower strategy, writing fedfrozen's History."""
+"""The ServerApp: the method's server half and the loop's round (fedfrozen.round.play) on Flower's Grid, writing
+fedfrozen's History. The records are built and read here and in fedfrozen.flower.records (one declaration of the
+round's and the reply's fields)."""
 
 from __future__ import annotations
 
@@ -8,25 +10,27 @@ import time
 from dataclasses import dataclass
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
 
 from .. import loop, methods, qkv
 from ..config import Config
 from ..history import History
 from ..io import follow_threads
-from ..round import Reply
-from . import check_supported, config_from_run
+from ..round import Reply, play
+from . import check_supported, config_from_run, records
 
-__all__ = ["app", "make_server_app", "FedFrozenStrategy", "run_server", "round_config", "wait_for_nodes",
+__all__ = ["app", "make_server_app", "Federation", "run_server", "round_config", "wait_for_nodes",
            "train_messages", "parse_replies", "flat_update", "Returned"]
 
+TIMEOUT = 3600.0  # seconds a round waits for its replies (Flower's own default)
 
-class FedFrozenStrategy(FedAvg):
-    """Flower's FedAvg driving fedfrozen's round (fedfrozen.round.Round, as fedfrozen.loop does): a thin adapter that
-    turns the round's instructions into Flower records (`train_messages`) and the nodes' records into Replies
-    (`parse_replies`, `flat_update`), then writes fedfrozen's History.
+
+class Federation:
+    """The server's side of one run on a Flower Grid: the loop's start (Setup, the method's server half, Round,
+    History; `first` > 0 when the run continues from its checkpoint) and the round's `exchange` for
+    fedfrozen.round.play: the instructions as one message per node (`train_messages`), the nodes' records back as
+    Replies (`parse_replies`, `flat_update`).
 
     Every round goes to every node (the partition id of a node is known only to the node); the sampled
     partition ids travel in the ConfigRecord and the others reply at once without training. A client
@@ -34,14 +38,10 @@ class FedFrozenStrategy(FedAvg):
     row's `failures`.
     """
 
-    def __init__(self, cfg: Config, fail: str = "", checkpoint: str = "", client_state_dir: str = ""):
-        super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=cfg.n_clients,
-                         min_available_nodes=cfg.n_clients)
+    def __init__(self, cfg: Config, grid: Grid, fail: str = "", checkpoint: str = "", client_state_dir: str = ""):
         check_supported(cfg)
-        self.cfg, self.fail, self.checkpoint, self.client_state_dir = cfg, fail, checkpoint, client_state_dir
-        self.method = methods.build(cfg)
-        # the loop's start: setup, method, the round's server side, History; self.first is the round Flower's
-        # round 1 is (> 0 when this run continues from its checkpoint)
+        self.cfg, self.grid, self.fail, self.client_state_dir = cfg, grid, fail, client_state_dir
+        self.method = methods.build(cfg)  # the server's half; each node builds its clients' half
         self.s, self.rnd, self.hist, self.first = loop.start_up(
             cfg, self.method, resume_from=checkpoint if checkpoint and os.path.exists(checkpoint) else None)
         self.delta = torch.empty_like(self.s.flat.data)  # a reply's update, as one flat vector
@@ -49,52 +49,37 @@ class FedFrozenStrategy(FedAvg):
         self.node_partition: dict[int, int] = {}  # learnt from the replies
         self.received_frozen: set[int] = set()    # nodes holding the current frozen block
 
-    def initial_arrays(self) -> ArrayRecord:
-        return ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in self.s.model.state_dict().items()})
-
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
-        """Open the round (the loop's opening: stage switch, lr, value penalty, sampling) and send its instructions,
-        with the method's per-client tensors (Method.to_client), as one message per node."""
-        r = self.first + server_round - 1
-        self.t0 = time.perf_counter()
-        self.plan = plan = self.rnd.open(r)
+    def exchange(self, plan, instructions):
+        """Round `plan`'s instructions to the nodes and their replies back: (the Replies of the clients that
+        trained, in the sampled order, each made as it is taken; the row's columns: what the records weighed, the
+        failures)."""
         if plan.switched:
             self.received_frozen.clear()
-        conf = round_config(self.cfg, plan, self.fail, self.client_state_dir)
-        to_client = {cid: self.method.to_client(r, cid) for cid in plan.sampled}
-        messages, self.bytes_down_wire = train_messages(
-            wait_for_nodes(grid, self.cfg.n_clients), arrays.to_torch_state_dict(), conf,
-            qkv.param_names(self.s.model, plan.frozen), to_client, self.node_partition, self.received_frozen)
-        return messages
-
-    def aggregate_train(self, server_round: int, replies):
-        """Each sampled client's reply as the loop receives it, in the sampled order (the method's from_client
-        first), then the round's close: the server step and the History row, with what the records weighed."""
-        r, rnd, plan, method = self.first + server_round - 1, self.rnd, self.plan, self.method
-        results, failures = parse_replies(r, replies, self.node_partition)
+        state = {k: v.detach().clone() for k, v in self.s.model.state_dict().items()}  # the global weights
+        messages, down_wire = train_messages(
+            wait_for_nodes(self.grid, self.cfg.n_clients), state,
+            round_config(self.cfg, plan, self.fail, self.client_state_dir),
+            qkv.param_names(self.s.model, plan.frozen), {ins.cid: ins.sent for ins in instructions},
+            self.node_partition, self.received_frozen)
+        results, failures = parse_replies(plan.r, self.grid.send_and_receive(messages=messages, timeout=TIMEOUT),
+                                          self.node_partition)
         done = [cid for cid in plan.sampled if cid in results]
         total = sum(results[cid].examples for cid in done)
-        for cid in done:
-            got, p = results[cid], results[cid].examples / total
-            method.from_client(r, cid, got.extras, p)  # the server's side of after_client, before the fold
-            # the client's mask is asked after its reply (a client may choose its own: head pruning)
-            rnd.receive(plan, Reply(cid=cid, weight=p, update=flat_update(self.s.flat, got.update, self.delta),
-                                    loss=got.loss, steps=got.steps, mask=method.client_mask(r, cid)))
-        rnd.finish(plan, self.hist, self.t0, joined=done, bytes_down_wire=self.bytes_down_wire,
-                   bytes_up_wire=sum(results[cid].wire_bytes for cid in done), failures=failures)
-        if self.checkpoint and r + 1 < self.cfg.rounds:  # the server's side; each client keeps its own state
-            loop.save_checkpoint(self.checkpoint, self.cfg, r + 1, rnd.x, method, self.hist, rnd.received_frozen)
-        return self.initial_arrays(), MetricRecord({"train-loss": rnd.tally.train_loss if done else 0.0})
+        replies = (Reply(cid=cid, weight=results[cid].examples / total,
+                         update=flat_update(self.s.flat, results[cid].update, self.delta), loss=results[cid].loss,
+                         steps=results[cid].steps, extras=results[cid].extras) for cid in done)
+        return replies, dict(bytes_down_wire=down_wire, bytes_up_wire=sum(results[cid].wire_bytes for cid in done),
+                             failures=failures)
 
 
 # --- the round's messages as Flower records ------------------------------------------------------------------------
 
 def round_config(cfg: Config, plan, fail: str = "", client_state_dir: str = "") -> ConfigRecord:
-    """What every node reads of round `plan.r` (the Instruction's scalars; the client rebuilds it from these)."""
-    return ConfigRecord({"server-round": plan.r + 1, "fedfrozen": json.dumps(cfg.to_dict()),
-                         "frozen": ",".join(plan.frozen), "lr": plan.lr, "value-l2": float(plan.value_l2),
-                         "proximal-mu": float(plan.anchor_coeff), "sampled": [int(i) for i in plan.sampled],
-                         "fail": fail, "client-state-dir": client_state_dir})
+    """What every node reads of round `plan.r`: the round's fields (fedfrozen.flower.records.ROUND; the client
+    rebuilds its Instruction from them) and the run's (the Config as JSON, the failures asked for, the clients'
+    state folder)."""
+    return ConfigRecord({**records.write_round(plan), "fedfrozen": json.dumps(cfg.to_dict()), "fail": fail,
+                         "client-state-dir": client_state_dir})
 
 
 def wait_for_nodes(grid: Grid, n: int, timeout: float = 300.0) -> list[int]:
@@ -158,14 +143,13 @@ def parse_replies(r: int, replies, node_partition: dict) -> tuple[dict, list]:
             failures.append({"round": r, "node": int(node), "partition": node_partition.get(node),
                              "error": _reason(str(msg.error.reason))})
             continue
-        m = msg.content["metrics"]
-        cid = int(m["partition-id"])
+        m = records.read_reply(msg.content["metrics"])
+        cid = m["cid"]
         node_partition[node] = cid
-        if int(m["num-examples"]) > 0:
+        if m["examples"] > 0:
             update = msg.content["update"]
             extras = msg.content["method"].to_torch_state_dict() if "method" in msg.content else {}
-            results[cid] = Returned(update.to_torch_state_dict(), int(m["num-examples"]), float(m["train-loss"]),
-                                    int(m["steps"]), extras,
+            results[cid] = Returned(update.to_torch_state_dict(), m["examples"], m["loss"], m["steps"], extras,
                                     update.count_bytes() + (msg_bytes(extras) if extras else 0))
     return results, failures
 
@@ -193,20 +177,27 @@ def msg_bytes(tensors: dict) -> int:
 
 def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "", checkpoint: str = "",
                client_state_dir: str = "", stop_after: int | None = None) -> History:
-    """Run `cfg` on the nodes of `grid`; write the History to `out` (atomically) when the run is complete.
+    """Run `cfg` on the nodes of `grid`, round by round as the loop does (fedfrozen.round.play, with the nodes as
+    the exchange); write the History to `out` (atomically) when the run is complete.
 
     checkpoint: a file the server keeps its state in after every round, and continues from when it exists (a
     resumed run's History equals the uninterrupted one's). client_state_dir: a folder on each node's machine where
     the client also keeps its Method.client_state (a new run's Context.state starts empty: this is what a resumed
     run's clients read). stop_after: stop after this many rounds in all (to interrupt a run on purpose)."""
     follow_threads()  # the thread count of the process that started the federation (its sums are the loop's)
-    strategy = FedFrozenStrategy(cfg, fail=fail, checkpoint=checkpoint, client_state_dir=client_state_dir)
+    fed = Federation(cfg, grid, fail=fail, checkpoint=checkpoint, client_state_dir=client_state_dir)
     last = cfg.rounds if stop_after is None else min(stop_after, cfg.rounds)
-    if last > strategy.first:
-        strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=last - strategy.first)
-    if out and len(strategy.hist.rows) == cfg.rounds:
-        strategy.hist.save(out)
-    return strategy.hist
+    for r in range(fed.first, last):
+        stop = play(fed.rnd, r, fed.hist, fed.exchange)
+        if fed.hist.diverged:
+            break
+        if checkpoint and r + 1 < cfg.rounds:  # the server's side; each client keeps its own state
+            loop.save_checkpoint(checkpoint, cfg, r + 1, fed.rnd.x, fed.method, fed.hist, fed.rnd.received_frozen)
+        if stop:
+            break
+    if out and len(fed.hist.rows) == cfg.rounds:
+        fed.hist.save(out)
+    return fed.hist
 
 
 def make_server_app(cfg: Config, out: str = "", fail: str = "", more=(), **resume) -> ServerApp:

@@ -61,7 +61,6 @@ class AFedLF(Method):
     Settings = AFedLFSettings
 
     batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
-    split = True  # gains and versions down, the cache kept on the client, the loss drop and cache hit up
     results_revision = 1  # 1: the device profiles draw from their own seed (they shared skewed participation's)
 
     def setup(self, setup) -> None:
@@ -99,21 +98,25 @@ class AFedLF(Method):
         scores = [self.gain[f] / self.time_of(cid, f) for f in range(self.max_depth + 1)]
         return max(range(len(scores)), key=lambda f: (scores[f], -f))
 
-    def begin_round(self, r: int, sampled: list[int]) -> None:
-        super().begin_round(r, sampled)
-        self.depths = {cid: self.depth_of(cid) for cid in sampled}
+    def _choose(self, cids) -> None:
+        """Each client's depth (from the gains as they stand) and mask: the server's half for the round's clients,
+        a client's half for itself, from the same gains."""
+        self.depths = {cid: self.depth_of(cid) for cid in cids}
         dtype = self.s.flat.data.dtype
         self.masks = {cid: None if f == 0 else (self.layer > f).to(dtype) for cid, f in self.depths.items()}
+
+    def begin_round(self, r: int, sampled: list[int]) -> None:
+        super().begin_round(r, sampled)
+        self._choose(sampled)
         self.round_seconds = max(self.time_of(cid, f) for cid, f in self.depths.items())
         self.hits = 0
-        self.loss_before = {}
 
     def client_mask(self, r: int, cid: int):
         return self.masks[cid]
 
     def init_client(self, r: int, cid: int, opt, mask) -> None:
         super().init_client(r, cid, opt, mask)
-        self.loss_before[cid] = probe_loss(self.s, cid)  # at the global weights, on the client's own data
+        self.loss_before = probe_loss(self.s, cid)  # at the global weights, on the client's own data
 
     # --- the prefix cache ---------------------------------------------------------------------
     def _prefix(self, x: torch.Tensor, f: int) -> torch.Tensor:
@@ -136,10 +139,10 @@ class AFedLF(Method):
         key = (f, tuple(int(v) for v in self.version[:f + 1]))
         idx = self.s.client_train[cid]
         if self.keys.get(cid) == key and cid in self.store:
-            self.hits += 1
+            self.hit = 1
         else:
             if self.keys.get(cid) == key:
-                self.hits += 1  # valid but not in memory (after a resume): rebuilt once, counted as the hit it is
+                self.hit = 1  # valid but not in memory (after a resume): rebuilt once, counted as the hit it is
             with torch.no_grad():
                 self.store[cid] = torch.cat([self._prefix(self.s.x[b], f) for b in idx.split(512)])
             self.keys[cid] = key
@@ -151,18 +154,16 @@ class AFedLF(Method):
     # --- gains, versions, clock ---------------------------------------------------------------
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
-        observed = self.loss_before[cid] - probe_loss(self.s, cid)
-        self.reported = {"observed": torch.tensor([observed], dtype=torch.float64),
-                         "hit": torch.tensor([self.hits])}  # a client's replica counts its own hit only
-        self._learn(self.depths[cid], observed)
+        observed = self.loss_before - probe_loss(self.s, cid)
+        self.reported = {"observed": torch.tensor([observed], dtype=torch.float64), "hit": torch.tensor([self.hit])}
 
     def _learn(self, f: int, observed: float) -> None:
         """The gain of depth f from a client's observed loss drop (an exponential average, in the sampled order)."""
         if math.isfinite(observed):
             self.gain[f] = 0.5 * self.gain[f] + 0.5 * max(observed, 1e-6)
 
-    # on a federation: the gains and layer versions go down (each client then finds its depth and its cache key as
-    # the server does), the cache stays on the client, the observed loss drop and the cache hit come up
+    # between the halves: the gains and layer versions go down (each client then finds its depth and its cache key
+    # as the server does), the cache stays with the client, the observed loss drop and the cache hit come up
     def to_client(self, r: int, cid: int) -> dict:
         return {**self.local.to_client(cid), "gain": torch.tensor(self.gain, dtype=torch.float64),
                 "version": self.version}
@@ -171,6 +172,8 @@ class AFedLF(Method):
         super().from_server(r, cid, tensors)
         self.gain = [float(g) for g in tensors["gain"]]
         self.version = tensors["version"].cpu().clone()
+        self._choose([cid])
+        self.hit = 0
 
     def client_state(self, cid: int) -> dict:
         if cid not in self.store:

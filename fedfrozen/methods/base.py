@@ -1,38 +1,49 @@
 """`Method`: the hooks a round calls (fedfrozen.round, in the loop and on Flower), FedAvg's behaviour by default.
 
-A method is one object. The round (fedfrozen.round: `Round` on the server's side, `LocalTraining` on the
-clients', driven by fedfrozen.loop.run and by the Flower apps alike) owns the resident model, the flat buffers and
-the order of events; at each point where methods differ it calls a hook:
+A method runs as two halves, two instances of its class built from the same Config: the server's half (held by
+`fedfrozen.round.Round`) and the clients' half (held by `fedfrozen.round.LocalTraining`: in this process one
+instance keeps every client's state, as Flower's nodes keep theirs in their Context.state; on Flower each node
+builds its own for the round). The halves talk only in records, the same in process as on Flower: the server's
+`to_client(r, i)` is the Instruction's `sent`, the client's `to_server(r, i)` the Reply's `extras`, and no hook
+of one half reads or writes the other's state. The round owns the resident model, the flat buffers, the order of
+events and the stage's freeze (the server step is followed by putting the frozen entries back); at each point
+where methods differ it calls a hook:
 
     (self.settings: the method's own settings, Config.method_args, checked when the Method is built)
-    setup(setup)                                  once, before round 0 (or a resume)
+    setup(setup)                                  once per half, before round 0 (or a resume)
     per round r, in this order (tests/test_methods.py records it under both engines, tests/test_hook_order.py
     under the loop and under Flower for every registered method):
-      frozen_groups(r)                            groups no client trains this round (stage switch when it changes)
-      on_stage_switch(frozen)                     when frozen_groups changed: drop state of the old stage
-      value_penalty(r)                            lambda of the value penalty this round
-      sample_clients(r)                           participation
-      begin_round(r, sampled)
-      anchor_coeff()                              the local objective's prox weight this round
-      per sampled client i, before it trains:
-        client_mask(r, i)                         finer per-client trainable mask over the flat vector (None: all)
+      server's half
+        frozen_groups(r)                          groups no client trains this round (stage switch when it changes)
+        on_stage_switch(frozen)                   when frozen_groups changed: drop state of the old stage (each half)
+        value_penalty(r)                          lambda of the value penalty this round
+        sample_clients(r)                         participation
+        begin_round(r, sampled)
+        anchor_coeff()                            the local objective's prox weight this round
+        to_client(r, i)                           per sampled client: what its half needs (the Instruction's `sent`;
+                                                  "mask": its mask when the server decides it)
+      clients' half, per sampled client i (under the batched engine every client of a chunk passes the hooks
+      before training first):
+        from_server(r, i, sent)                   what the server sent (its own state for the round from it)
+        client_mask(r, i)                         unless `sent` holds "mask": a finer trainable mask (None: all)
         init_client(r, i, opt, mask)              the local optimiser's state and rule; pre-training (SCAFFOLD I)
         client_forward(r, i)                      None, or a forward(batch indices, inputs) replacing the model's
         correction(i)                             the local objective's gradient correction (SCAFFOLD, FedDyn)
-      (the client trains; under the batched engine every client of a chunk passes the hooks above first)
-      per sampled client i, after it trained, in the sampled order (the model holds its weights):
+        (the client trains; the model then holds its weights)
         upload(r, i, delta)                       rewrite the update into what the client sends (in place; FedSLM)
-        after_client(r, i, delta, steps, lr, mask)  client state from the update (control variates, caches)
-        (the client's Reply; on a federation: to_server, then from_client on the server)
+        after_client(r, i, delta, steps, lr, mask)  the client's own state from its update (c_i, h_i, caches)
+        to_server(r, i)                           what the server's state needs from it (the Reply's `extras`)
+      server's half, per reply in the sampled order
+        from_client(r, i, extras, weight)         fold what the client sent into the server's state
         aggregate(acc, i, delta, weight)          fold the upload into the round's accumulator (in place)
-        client_bytes(r, i, payload, trainable)    exact bytes down and up
-      server_update(r, x, acc, mask, sampled)     the server step on the aggregated update (not when nobody joined)
-      on_round_end(r, row, history)               sees the History row; True stops the run
-    on a federation (Flower) the server's replica runs the server-side hooks, each client's replica the client-side
-    ones, and the split hooks carry what crosses: to_client(r, i) -> from_server on the client, client_state /
-    load_client_state across its rounds, to_server(r, i) -> from_client on the server in place of after_client
-    (before the client's update is folded)
-    state_dict() / load_state_dict()              everything needed for a bit-exact resume
+        client_mask(r, i), client_bytes(r, i, payload, trainable)   exact bytes down and up
+      server's half, closing
+        server_update(r, x, acc, mask, sampled)   the server step on the aggregated update (not when nobody joined);
+                                                  the round then puts the frozen groups back
+        on_round_end(r, row, history)             sees the History row; True stops the run
+    on Flower a node's half is fresh each round: client_state(i) after the round is kept in its Context.state and
+    given back by load_client_state(i, state) before from_server in its next round of the same stage
+    state_dict() / load_state_dict()              everything needed for a bit-exact resume (both halves are saved)
 
 Most methods are compositions of three parts, each replaceable by name through Config: a local
 objective (fedfrozen.methods.objective, .scaffold, .feddyn), a server optimiser (.fedopt) and a
@@ -61,9 +72,10 @@ __all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_p
 
 # where a method may be asked to run besides the sequential loop (Method.cannot_run)
 RUNTIMES = ("batched", "flower")
-# the hooks that run on a client: on a federation (the Flower ClientApp) the client's replica runs them, with what
-# the split hooks (Method.to_client ... from_client) carry; a method overriding one declares split = True
-CLIENT_HOOKS = ("init_client", "client_forward", "client_mask", "upload", "after_client")
+# the hooks the clients' half runs (fedfrozen.round.LocalTraining), in process and on Flower alike; client_mask is
+# also asked by the server's half (for a client's bytes, and by to_client where the server decides the mask)
+CLIENT_HOOKS = ("from_server", "client_mask", "init_client", "client_forward", "correction", "upload", "after_client",
+                "to_server")
 
 PROBE = 128  # samples of a client that methods evaluate on (importance, gains, confidences)
 
@@ -136,10 +148,6 @@ class Method:
     batched = True
     # runtime -> why this method cannot run there (RUNTIMES); what `cannot_run` does not infer by itself
     not_on: dict = {}
-    # On a federation (the Flower apps) server and clients hold their own state: the split hooks (to_client,
-    # from_server, client_state, load_client_state, to_server, from_client) say what crosses. A subclass that
-    # overrides a client-side hook (CLIENT_HOOKS) sets split = True once those hooks carry what its own need.
-    split = False
     # bumped when a method's results change for the same Config (a fix): the results cache keys on it, so a
     # cached History of the old behaviour is not served (fedfrozen.experiments.config_key)
     results_revision = 0
@@ -176,23 +184,15 @@ class Method:
     def cannot_run(self, runtime: str) -> str | None:
         """Why this method cannot run on `runtime` ("batched": the batched engine; "flower": the Flower apps), or
         None when it can. The one mechanism the engine choice and Flower ask: the class's `not_on` reason first,
-        then what follows from the method's parts (`batched = False`; on Flower: client state kept across rounds,
-        client-side hooks, the progressive schedule's per-client layer masks)."""
+        then what follows from the method's parts (`batched = False`). Every method runs on Flower unless it says
+        otherwise: its halves talk in records there as in process."""
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}; got {runtime!r}")
         if type(self).not_on.get(runtime):
             return type(self).not_on[runtime]
-        if runtime == "batched":
-            if not self.batched:
-                return (f"{type(self).__name__}.batched is False: it replaces the forward pass per client or uses "
-                        f"the local optimiser object")
-            return None
-        if not self.local.split:
-            return f"its local objective {self.local.name!r} does not say what crosses between server and client"
-        overridden = [h for h in CLIENT_HOOKS if getattr(type(self), h) is not getattr(Method, h)]
-        if overridden and not type(self).split:
-            return (f"it overrides the client-side hook(s) {', '.join(overridden)} and its split hooks do not carry "
-                    f"the state they need between server and clients (Method.split is False)")
+        if runtime == "batched" and not self.batched:
+            return (f"{type(self).__name__}.batched is False: it replaces the forward pass per client or uses "
+                    f"the local optimiser object")
         return None
 
     # --- setup --------------------------------------------------------------------------------
@@ -241,7 +241,8 @@ class Method:
         return self.schedule.client_mask(r)
 
     def on_stage_switch(self, frozen: tuple) -> None:
-        """The frozen groups changed: server and client state of the old stage are dropped."""
+        """The frozen groups changed (each half is told: the server's when it opens the round, the clients' when its
+        first instruction of the new stage comes): the state of the old stage is dropped."""
         self.server.reset()
         self.local.reset()
 
@@ -258,6 +259,8 @@ class Method:
         return self.local.correction(cid)
 
     def begin_round(self, r: int, sampled: list[int]) -> None:
+        """Server's half, after sampling: the round's server state (a client's half starts its round in
+        from_server)."""
         self.local.begin_round()
 
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
@@ -274,6 +277,8 @@ class Method:
 
     def after_client(self, r: int, cid: int, delta: torch.Tensor, steps: int, lr: float,
                      mask: torch.Tensor) -> None:
+        """Clients' half, after client `cid` trained (`mask`: what it trained): its own state from its update;
+        what the server needs of it goes up in to_server."""
         self.local.after_client(cid, delta, steps, lr, mask)
 
     # --- communication and aggregation --------------------------------------------------------
@@ -303,34 +308,37 @@ class Method:
         self.schedule.on_round_end(r, row, history)
         return None
 
-    # --- the split on a federation (the Flower apps) --------------------------------------------
-    # The server's replica runs every server-side hook; the client's replica (fresh each round, same Config)
-    # runs init_client, client_forward, correction, upload and after_client between from_server and to_server.
+    # --- the records between the halves ------------------------------------------------------
     def to_client(self, r: int, cid: int) -> dict:
-        """Server side, before client `cid` trains elsewhere: the tensors its hooks read this round. By default
-        the local objective's, and the client's mask when client_mask gives one (the schedule's layer masks)."""
+        """Server's half, when round r's instructions are made: the tensors client `cid`'s half reads this round
+        (the Instruction's `sent`). By default the local objective's, and the client's mask when client_mask
+        gives one (the schedule's layer masks)."""
         mask = self.client_mask(r, cid)
         return {**self.local.to_client(cid), **({} if mask is None else {"mask": mask})}
 
     def from_server(self, r: int, cid: int, tensors: dict) -> None:
-        """Client side: load what to_client sent (the mask is the round's, see fedfrozen.round.Plan.masks)."""
+        """Clients' half, before client `cid` trains (the model holds the round's global weights): load what
+        to_client sent (its "mask", if any, is the round's: fedfrozen.round.LocalTraining applies it)."""
         self.local.from_server(cid, {k: v for k, v in tensors.items() if k != "mask"})
 
     def client_state(self, cid: int) -> dict:
-        """Client side, after the round: the tensors client `cid` keeps for its next round (Flower's Context.state)."""
+        """Clients' half on Flower, after the round: the tensors client `cid` keeps for its next round (its node's
+        Context.state; in process the clients' half keeps them itself)."""
         return self.local.client_state(cid)
 
     def load_client_state(self, cid: int, state: dict) -> None:
-        """Client side, before the round: what client_state returned last time in this stage ({}: none)."""
+        """Clients' half on Flower, before from_server: what client_state returned last time in this stage ({}:
+        none)."""
         self.local.load_client_state(cid, state)
 
     def to_server(self, r: int, cid: int) -> dict:
-        """Client side, after after_client: what the server's state needs from client `cid`."""
+        """Clients' half, after after_client: what the server's state needs from client `cid` (the Reply's
+        `extras`)."""
         return self.local.to_server(cid)
 
     def from_client(self, r: int, cid: int, tensors: dict, weight: float) -> None:
-        """Server side, in place of after_client: what to_server sent, as each reply is taken in the sampled order
-        and before its update is folded (aggregate); `weight` is the client's p_i in the round."""
+        """Server's half, as each reply is taken in the sampled order and before its update is folded (aggregate):
+        what to_server sent; `weight` is the client's p_i in the round."""
         self.local.from_client(cid, tensors)
 
     # --- state --------------------------------------------------------------------------------

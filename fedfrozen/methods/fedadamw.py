@@ -43,7 +43,6 @@ class FedAdamW(Method):
     """FedAvg with FedAdamW's local optimiser state from the server and its pull along Δ̄^{r-1}."""
 
     Settings = FedAdamWSettings
-    split = True  # to_client / to_server below carry Δ̄, v̄ and t down, the v means and K up
     batched = False  # sets the local optimiser's state (init_client) and adds a per-step term
 
     def setup(self, setup) -> None:
@@ -71,7 +70,6 @@ class FedAdamW(Method):
         super().begin_round(r, sampled)
         self.v_sum = torch.zeros_like(self.v_bar)
         self.steps_sum = 0.0
-        self.pending: int | None = None  # in one process: the client whose report awaits the server's side
 
     def _steps(self, cid: int) -> int:
         cfg = self.cfg
@@ -93,26 +91,19 @@ class FedAdamW(Method):
         """The per-step term along the last mean update: x += pull * delta_bar (pull = gamma / K)."""
         return lambda: self.flat.data.add_(self.delta_bar, alpha=pull)
 
-    def aggregate(self, acc: torch.Tensor, cid: int, delta: torch.Tensor, weight: float) -> None:
-        super().aggregate(acc, cid, delta, weight)
-        if self.pending == cid:  # in one process the server's side follows the client's (on a federation: from_client)
-            self._fold(weight, self.reported)
-            self.pending = None
-
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
         opt = self.opt
         full = opt.second_moments()
         self.reported = {"v_means": torch.zeros_like(self.v_bar).index_add_(0, self.tensor_of, full) / self.tensor_size,
                          "steps": torch.tensor([steps])}  # what the client uploads besides Δ_i
-        self.pending = cid
 
     def _fold(self, p: float, reported: dict) -> None:
         """The server's side: a client's v means and steps into the round's sums, weighted by its p_i."""
         self.v_sum.add_(reported["v_means"], alpha=p)
         self.steps_sum += p * int(reported["steps"][0])
 
-    # on a federation: x, Δ̄ and v̄ (with the counter) go down, the v means and K up (as counted in client_bytes)
+    # between the halves: Δ̄ and v̄ (with the counter) go down, the v means and K up (as counted in client_bytes)
     def to_client(self, r: int, cid: int) -> dict:
         out = super().to_client(r, cid)
         if self.gamma:

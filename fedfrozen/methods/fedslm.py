@@ -83,7 +83,6 @@ class FedSLM(Method):
     """FedAvg over clients that hold rank-r_g truncations of the body's linear layers (and optional adapters)."""
 
     Settings = FedSLMSettings
-    split = True  # nothing crosses but the update: groups come from the seed, bases from the global weights
     batched = False  # each client starts from its own group's truncated weights
 
     def setup(self, setup) -> None:
@@ -106,6 +105,7 @@ class FedSLM(Method):
         self.group[perm] = np.arange(cfg.n_clients) % len(self.ranks)
         self.flat = setup.flat
         self.base: dict[int, list[torch.Tensor]] = {}
+        self._svd_round = None
         es = setup.flat.element_size
         linear = sum(m * n for _, _, m, n in self.layers)
         self.other_bytes = (setup.flat.numel - linear) * es
@@ -120,11 +120,15 @@ class FedSLM(Method):
         _, a, m, n = layer
         return vec[a:a + m * n].view(m, n)
 
-    def begin_round(self, r: int, sampled: list[int]) -> None:
-        super().begin_round(r, sampled)
-        self.base = {}  # group -> its truncated layers, from this round's SVD of the global model
-        svds = [torch.linalg.svd(self._view(self.flat.data, layer), full_matrices=False) for layer in self.layers]
-        self._svd = svds
+    def from_server(self, r: int, cid: int, tensors: dict) -> None:
+        """Nothing crosses but the update: a client's group comes from the seed, its base from the round's global
+        weights (the model holds them here), decomposed once a round by the clients' half."""
+        super().from_server(r, cid, tensors)
+        if self._svd_round != r:
+            self.base = {}  # group -> its truncated layers, from this round's SVD of the global model
+            self._svd = [torch.linalg.svd(self._view(self.flat.data, layer), full_matrices=False)
+                         for layer in self.layers]
+            self._svd_round = r
 
     def _group_base(self, g: int) -> list[torch.Tensor]:
         if g not in self.base:

@@ -55,7 +55,7 @@ class FedTLU(Method):
 
     Settings = FedTLUSettings
 
-    split = True  # its mask is the server's (from the aggregated updates' scores): Method.to_client sends it
+    # its mask is the server's (from the aggregated updates' scores): Method.to_client sends it
 
     def setup(self, setup) -> None:
         super().setup(setup)

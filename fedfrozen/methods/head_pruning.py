@@ -79,7 +79,7 @@ class HeadPruning(Method):
     """FedAvg where each client trains its most confident heads and the server averages heads by confidence."""
 
     Settings = HeadPruningSettings
-    split = True  # each client measures and masks its heads; to_server carries its confidences and importance
+    # each client's half measures and masks its heads; to_server carries its confidences and importance
 
     def setup(self, setup) -> None:
         super().setup(setup)
@@ -92,7 +92,7 @@ class HeadPruning(Method):
         dev = setup.flat.data.device
         self.num = torch.zeros(int(self.is_head.sum()), device=dev)
         self.den = torch.zeros(self.n_heads, device=dev)
-        self.conf = {}
+        self.conf, self.masks, self.loss_before = {}, {}, {}
 
     # --- participation ---------------------------------------------------------------------
     def sample_clients(self, r: int) -> list[int]:
@@ -160,16 +160,21 @@ class HeadPruning(Method):
         trained = conf > 0  # a confidence is a mean of softmax maxima (> 0); uniform weighting gives ones
         self.masks[cid] = (~self.is_head | trained[self.head.clamp(min=0)]).to(self.s.flat.data.dtype)
 
+    def from_server(self, r: int, cid: int, tensors: dict) -> None:
+        super().from_server(r, cid, tensors)
+        for kept in (self.conf, self.masks, self.loss_before):  # a client's half measures again every round
+            kept.pop(cid, None)
+
     def client_mask(self, r: int, cid: int) -> torch.Tensor:
-        if cid not in self.masks:  # measured on the client's data before it trains (lazily: on a federation,
-            self._measure(cid)     # each client measures its own)
+        if cid not in self.masks:  # the clients' half: measured on the client's data before it trains; the
+            self._measure(cid)     # server's half knows it from the client's confidences (from_client)
         return self.masks[cid]
 
     def after_client(self, r, cid, delta, steps, lr, mask) -> None:
         super().after_client(r, cid, delta, steps, lr, mask)
         self.importance[cid] = self.loss_before[cid] - probe_loss(self.s, cid)
 
-    # on a federation each client measures its heads; its confidences and importance come up (counted in bytes)
+    # between the halves each client measures its heads; its confidences and importance come up (counted in bytes)
     def to_client(self, r: int, cid: int) -> dict:
         return self.local.to_client(cid)  # no mask: the client chooses its heads
 

@@ -64,10 +64,9 @@ class LocalObjective:
 
     name = "plain"
     exchange_factor = 1  # payloads exchanged per client and round, each way, in units of the trainable weights
-    # On a federation (the Flower apps) the server's and each client's state live apart; the split hooks below say
-    # what crosses (to_client, to_server) and what a client keeps across rounds (client_state). An objective whose
-    # client state they do not carry sets split = False and cannot run there.
-    split = True
+    # Like its Method, an objective runs as two halves (fedfrozen.methods.base): the server's (begin_round,
+    # anchor_coeff, end_round, to_client, from_client) and the clients' (before_client, correction, after_client,
+    # from_server, to_server; client_state on Flower); they share nothing but the records below.
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -85,7 +84,7 @@ class LocalObjective:
         return None
 
     def begin_round(self) -> None:
-        """Before the round's first client."""
+        """Server's half, before the round's first client."""
 
     def before_client(self, r: int, cid: int, setup, mask: torch.Tensor) -> None:
         """Before client `cid` trains; the resident model holds the round's global weights."""
@@ -105,27 +104,27 @@ class LocalObjective:
     def load_state_dict(self, state: dict) -> None:
         """Restore what state_dict returned."""
 
-    # --- the split on a federation: server -> client -> server --------------------------------
+    # --- the records: server -> client -> server ------------------------------------------------
     def to_client(self, cid: int) -> dict:
-        """Server side: the tensors of server state client `cid`'s hooks read this round (none)."""
+        """Server's half: the tensors of server state client `cid`'s hooks read this round (none)."""
         return {}
 
     def from_server(self, cid: int, tensors: dict) -> None:
-        """Client side: load what to_client sent."""
+        """Clients' half: load what to_client sent."""
 
     def client_state(self, cid: int) -> dict:
-        """Client side, after the round: what client `cid` keeps for its next round (none)."""
+        """Clients' half on Flower, after the round: what client `cid` keeps for its next round (none)."""
         return {}
 
     def load_client_state(self, cid: int, state: dict) -> None:
-        """Client side, before the round: what client_state returned last time ({} the first time)."""
+        """Clients' half on Flower, before the round: what client_state returned last time ({} the first time)."""
 
     def to_server(self, cid: int) -> dict:
-        """Client side, after after_client: what the server's state needs from this client (none)."""
+        """Clients' half, after after_client: what the server's state needs from this client (none)."""
         return {}
 
     def from_client(self, cid: int, tensors: dict) -> None:
-        """Server side, in place of after_client: fold what to_server sent into the server's state."""
+        """Server's half: fold what to_server sent into the server's state."""
 
 
 class Prox(LocalObjective):

@@ -8,8 +8,8 @@ gradient. After the round a client's new variate c_i+ is, by the paper's two opt
   eta. With AdamW the quotient is of order one per coordinate and swamps the gradient.
 `scaffold_variant="auto"` takes option II for SGD and option I otherwise. The server sets
 c += (|S|/N) mean_{i in S}(c_i+ - c_i). Variates live on the trainable entries only (the mask);
-uploads and downloads are twice FedAvg's (weights and variates). On a federation c goes down, c_i stays on
-the client (Flower's Context.state) and c_i+ - c_i comes up. See docs/methods.md.
+uploads and downloads are twice FedAvg's (weights and variates). Between the halves (in process as on Flower) c goes
+down, c_i stays with the client and c_i+ - c_i comes up. See docs/methods.md.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class Scaffold(LocalObjective):
         super().setup(numel, device)
         self.c = torch.zeros(numel, device=device)
         self.client = ClientVectors(numel, device)
-        self.dc_sum = torch.zeros(numel, device=device)
+        self.dc_sum = torch.zeros(numel, device=device)  # server's half: sum of the round's c_i+ - c_i
+        self.dc = None  # clients' half: the last client's c_i+ - c_i, sent up
         self.grads: dict[int, torch.Tensor] = {}  # option I: the full-batch gradient of each client about to train
 
     def correction(self, cid: int) -> torch.Tensor:
@@ -95,7 +96,7 @@ class Scaffold(LocalObjective):
             new = self.grads.pop(cid) * mask                         # option I
         else:
             new = (c_i - self.c - delta / (steps * lr)) * mask        # option II
-        self.dc_sum.add_(new - c_i)
+        self.dc = new - c_i
         c_i.copy_(new)
 
     def end_round(self, n_sampled: int, n_clients: int, mask: torch.Tensor) -> None:
@@ -105,7 +106,7 @@ class Scaffold(LocalObjective):
         self.c.zero_()
         self.client.clear()
 
-    # on a federation: c goes down, c_i stays on the client, c_i+ - c_i comes up (exchange_factor 2)
+    # between the halves: c goes down, c_i stays with the client, c_i+ - c_i comes up (exchange_factor 2)
     def to_client(self, cid: int) -> dict:
         return {"c": self.c}
 
@@ -119,7 +120,7 @@ class Scaffold(LocalObjective):
         self.client.load_one(cid, state, "c_i")
 
     def to_server(self, cid: int) -> dict:
-        return {"dc": self.dc_sum}  # this client's c_i+ - c_i alone: begin_round zeroed the sum
+        return {"dc": self.dc}
 
     def from_client(self, cid: int, tensors: dict) -> None:
         self.dc_sum.add_(tensors["dc"])
