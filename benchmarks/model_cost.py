@@ -1,9 +1,9 @@
-"""The cost of notebook 12's models against the cpu profile's ViT, measured side by side in one process.
+"""The cost of notebook 12's models and notebook 13's 49-token ViT against the cpu profile's ViT, side by side.
 
     python benchmarks/model_cost.py [--steps 30] [--repeats 3]
 
 One local training step (batch 16, 28x28, one channel, AdamW) and one evaluation pass (batch 1,000, no gradients) of
-each model of fedfrozen.beyond.MODELS, timed in turns with the ViT (vit_fmnist_w48) so that machine noise hits both
+each model of fedfrozen.beyond.MODELS and of vit_fmnist_p4 (patch 4: 49 tokens), timed in turns with the ViT (vit_fmnist_w48) so that machine noise hits both
 alike; prints each model's parameters and its median times as ratios to the ViT's. tools/budget.py's idle estimate
 scales a run's local epochs and its per-round evaluation by these ratios (MODEL_COST there), since its idle rates were
 measured on the ViT.
@@ -53,8 +53,9 @@ def main() -> None:
     torch.set_num_threads(1)  # as the runs train: one thread each (ff.io.use_threads)
     torch.manual_seed(0)
     x, y = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
+    table = {**beyond.MODELS, "p4": dict(model="vit_fmnist_p4")}
     models = {name: ff.qkv.split_qkv(ff.models.create(f["model"], 10, **f.get("model_kwargs", {})))
-              for name, f in beyond.MODELS.items()}
+              for name, f in table.items()}
     xe = torch.randn(1000, 1, 28, 28)
     train = {name: [] for name in models}
     evals = {name: [] for name in models}
@@ -64,7 +65,7 @@ def main() -> None:
             evals[name].append(eval_time(model, xe) / eval_time(models["vit"], xe))
     for name, model in models.items():
         n = sum(p.numel() for p in model.parameters())
-        print(f"{name:8s} {beyond.MODELS[name]['model']:30s} {n:7d} params   / ViT's: training step "
+        print(f"{name:8s} {table[name]['model']:30s} {n:7d} params   / ViT's: training step "
               f"{statistics.median(train[name]):.2f}, evaluation {statistics.median(evals[name]):.2f}  "
               f"(repeats {[round(r, 2) for r in train[name]]}, {[round(r, 2) for r in evals[name]]})")
 

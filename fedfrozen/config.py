@@ -15,6 +15,7 @@ from .data import names as dataset_names
 from .methods.settings import annotation_type, check_value, setting
 from .partition import MIN_SIZE_RULES, PARTITIONS
 from .qkv import GROUPS
+from .shift import SHIFTS
 
 __all__ = ["Config", "field_type", "settings", "stored_form", "identity", "WHERE_FIELDS", "FREE_TEXT"]
 
@@ -99,6 +100,9 @@ class Config:
     val_fraction: float = setting(0.1, "training data held out (stratified) for hyperparameter selection", lo=0, hi=0.5)
     client_holdout: float = setting(0.1, "fraction of each client's data kept for its local accuracy", lo=0, hi=0.5)
     public_fraction: float = setting(0.0, "training data held out as the server's public split", lo=0, hi=0.5)
+    shift: str = setting("none", "feature shift: none | rotation | patch_permutation, by client group (fedfrozen."
+                         "shift)", choices=SHIFTS)
+    shift_groups: int = setting(4, "feature shift: the clients' groups k (client i in group i mod k)", lo=2)
     # --- local training ---
     rounds: int = setting(60, "communication rounds T", lo=1)
     local_epochs: int | None = setting(None, "epochs per round (default 1 when local_steps is None)", lo=1)
@@ -213,6 +217,11 @@ class Config:
         if not self.dirichlet_balance and self.partition != "dirichlet":
             raise ValueError(f"dirichlet_balance=False is a rule of partition 'dirichlet'; got partition "
                              f"{self.partition!r}")
+        if self.shift == "none" and self.shift_groups != 4:
+            raise ValueError(f"shift_groups ({self.shift_groups}) is a setting of a feature shift; shift is 'none'")
+        if self.shift != "none" and self.shift_groups > self.n_clients:
+            raise ValueError(f"shift_groups ({self.shift_groups}) must not exceed n_clients ({self.n_clients}): a "
+                             f"group would have no client")
         if self.local_epochs is not None and self.local_steps is not None:
             raise ValueError("give exactly one of local_epochs and local_steps, not both")
         if self.lr_warmup_rounds >= self.rounds and self.lr_warmup_rounds:

@@ -25,6 +25,9 @@ PROJECT_MODELS = {
                        mlp_ratio=2.0, qkv_bias=True, global_pool="avg"),
     "vit_fmnist_w48": dict(img_size=28, patch_size=7, in_chans=1, embed_dim=48, depth=3, num_heads=4,
                            mlp_ratio=2.0, qkv_bias=True, global_pool="avg"),
+    # 49 tokens (patch 4 on 28x28) where vit_fmnist_w48 sees 16: attention with something to do (notebook 13)
+    "vit_fmnist_p4": dict(img_size=28, patch_size=4, in_chans=1, embed_dim=64, depth=3, num_heads=4,
+                          mlp_ratio=2.0, qkv_bias=True, global_pool="avg"),
     "vit_cifar": dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=7, num_heads=3,
                       mlp_ratio=2.0, qkv_bias=True),
     "linear_vit": dict(img_size=8, patch_size=2, in_chans=1, embed_dim=48, depth=3, num_heads=4,

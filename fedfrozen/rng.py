@@ -32,6 +32,7 @@ PURPOSES = {
     "afedlf_devices": 111,     # AFedLF's simulated device profiles (per config; until 0.1.0 it drew from tag 107)
     "pretrain": 112,           # the initialisation of the server's pre-training (per pretrain_seed)
     "pretrain_batches": 113,   # the pre-training's batch order and rotations (per pretrain_seed)
+    "shift_patches": 114,      # the patch order of each client group under shift="patch_permutation" (per config)
 }
 assert len(set(PURPOSES.values())) == len(PURPOSES), "a purpose tag is used twice"
 

@@ -436,10 +436,20 @@ def evaluate_round(s, r: int) -> dict:
     cfg = s.cfg
     keys = ("test_loss", "test_acc", "val_loss", "val_acc", "client_acc_mean", "client_acc_worst10",
             "client_acc_std")
+    groups = getattr(s, "test_groups", [])  # a feature shift: the test set as each group sees it (fedfrozen.shift)
+    if groups:
+        keys += (*(f"test_acc_g{g}" for g in range(len(groups))), "test_acc_worst")
     if (r + 1) % cfg.eval_every and r < cfg.rounds - max(cfg.eval_window, 1):
         return dict.fromkeys(keys)
     out = {}
-    out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)
+    if groups:  # each group's accuracy; test_loss and test_acc their means, test_acc_worst the lowest
+        measured = [evaluate(s.model, x, s.test_y, amp=cfg.amp)[:2] for x in groups]
+        out["test_loss"] = sum(loss for loss, _ in measured) / len(groups)
+        out["test_acc"] = sum(acc for _, acc in measured) / len(groups)
+        out.update({f"test_acc_g{g}": acc for g, (_, acc) in enumerate(measured)})
+        out["test_acc_worst"] = min(acc for _, acc in measured)
+    else:
+        out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)
     if len(s.val_idx):
         out["val_loss"], out["val_acc"], _ = evaluate(s.model, s.x[s.val_idx], s.y[s.val_idx], amp=cfg.amp)
     else:

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import torch
 
-from . import data, local, models, partition, pretrain, qkv
+from . import data, local, models, partition, pretrain, qkv, shift
 from .config import Config
 from .flat import FlatParams
 from .rng import seed_for
@@ -108,6 +108,7 @@ class Setup:
             _load_initial_weights(self.model, cfg.init)
         qkv.split_qkv(self.model)
         self.flat = FlatParams(self.model)
+        shift.apply(self)  # a feature shift (Config.shift): the clients' images by group, one test set per group
 
 
 def prepare(cfg: Config, train=None, test=None) -> Setup:

@@ -47,6 +47,7 @@ def _models():
         ("encoder_seq_first", lambda: Encoder(False), torch.randn(2, 7, 16)),
         ("vit_digits", lambda: ff.models.create("vit_digits", 10), torch.randn(2, 1, 8, 8)),
         ("vit_fmnist_w48", lambda: ff.models.create("vit_fmnist_w48", 10), torch.randn(2, 1, 28, 28)),
+        ("vit_fmnist_p4", lambda: ff.models.create("vit_fmnist_p4", 10), torch.randn(2, 1, 28, 28)),
         ("vit_cifar", lambda: ff.models.create("vit_cifar", 10), img32),
         ("linear_vit", lambda: ff.models.create("linear_vit", 10), torch.randn(2, 1, 8, 8)),
     ]
