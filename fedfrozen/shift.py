@@ -18,7 +18,6 @@ training tensors: both engines, every method and the Flower nodes see the same s
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 

@@ -177,16 +177,19 @@ def format_verdicts(table) -> str:
 
 # the settings a per-seed row names, so that a reader sees what two paired arms differ in (the start's pre-training
 # only where the run starts from a pretrained body)
-SETTINGS = ("method", "dataset", "partition", "alpha", "local_epochs", "warmup_rounds", "value_l2", "init", "lr",
-            "lr_schedule", "pretrain_task", "pretrain_seed", "seed")
+SETTINGS = ("method", "dataset", "model", "partition", "alpha", "shift", "shift_groups", "optimizer", "momentum",
+            "weight_decay", "local_epochs", "rounds", "warmup_rounds", "value_l2", "init", "lr", "lr_schedule",
+            "pretrain_task", "pretrain_seed", "seed")
 
 
 def settings_of(cfg) -> dict:
     """A run's SETTINGS as its per-seed row names them (pretrain_task and pretrain_seed None without a pretrained
-    start)."""
+    start, shift_groups None without a shift)."""
     row = {k: getattr(cfg, k) for k in SETTINGS}
     if cfg.init != "pretrained":
         row.update(pretrain_task=None, pretrain_seed=None)
+    if cfg.shift == "none":
+        row["shift_groups"] = None
     return row
 
 

@@ -38,6 +38,7 @@ LAYERS = [
     ("analysis", ["plots", "tables", "selection", "dryrun"]),
     ("regime map", ["regime", "controls"]),
     ("past the paper", ["beyond"]),
+    ("beyond one recipe", ["recipes"]),
     ("verification", ["verification"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),
