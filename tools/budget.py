@@ -39,10 +39,12 @@ PAPER = ("00", "03", "04", "05", "06", "07")  # the notebooks of the paper's tab
 # the paper's notebooks past their earlier 3 hours; `fedfrozen reproduce --ray` spreads the runs over a cluster
 BUDGET_HOURS = {"paper": 6.0, "all": 8.0}  # all: notebook 12 added ~1.4 h idle (its cpu profile)
 IDLE_ROUND, IDLE_EPOCH = 0.114, 0.269  # seconds a round: evaluation and overhead; each local epoch (measured above)
-# notebook 12's other models against the ViT the idle rates were measured on (benchmarks/model_cost.py, medians of 3
-# turns side by side): (training step, evaluation pass); a model not listed costs what the ViT does
+# notebook 12's other models (and 13's patch-4 ViT) against the ViT the idle rates were measured on
+# (benchmarks/model_cost.py, medians of 3 turns side by side): (training step, evaluation pass); a model not listed
+# costs what the ViT does
 MODEL_COST = {"linear_vit": (0.88, 0.86), "swin_tiny_patch4_window7_224": (1.43, 2.92),
-              "cait_xxs24_224": (1.33, 1.40)}
+              "cait_xxs24_224": (1.33, 1.40),
+              "vit_fmnist_p4": (1.98, 4.58)}  # notebook 13's 49 tokens (measured with two runs and tests beside it)
 
 
 def idle_seconds(experiment: str, key: str) -> float:
