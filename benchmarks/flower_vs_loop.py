@@ -5,8 +5,10 @@
 fedavg on digits (vit_digits, 1 local epoch, Dirichlet alpha 0.5), full participation. Times, each with
 its process start: `fedfrozen run` (a subprocess, as a user would start it); `flwr run` on a local
 simulation federation with a cold SuperLink (started by the run, stopped after it); and a second `flwr run`
-against the SuperLink the first left running. Prints the three times, the ratios to the loop, and the
-largest per-round test-accuracy difference between the Flower run and the loop.
+against the SuperLink the first left running. Prints the three times, the ratios to the loop, the largest
+per-round test-accuracy difference between the Flower run and the loop, and where the warm Flower run's time goes:
+its rounds as the server timed them (fedfrozen.round.play: the instructions out, the nodes' training, the replies
+in; the loop's rounds beside them) and the rest (Flower's start-up and teardown, the apps' imports and data).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def main() -> None:
     print(f"flwr run, cold SuperLink:              {cold_s:7.1f} s  ({cold_s / loop_s:.1f}x the loop)")
     print(f"flwr run, SuperLink already running:   {warm_s:7.1f} s  ({warm_s / loop_s:.1f}x the loop)")
     print(f"largest per-round test-accuracy difference, Flower vs loop: {diff:.2e}")
+    rounds_loop, rounds_warm = (sum(r["seconds"] for r in h.rows) for h in (ref, warm))
+    print(f"warm flwr run: its rounds {rounds_warm:.1f} s (the loop's rounds: {rounds_loop:.1f} s, so "
+          f"{rounds_warm - rounds_loop:.1f} s of messages and client-side start per round), outside its rounds "
+          f"{warm_s - rounds_warm:.1f} s (start-up, imports, data, teardown)")
     print(f"flower/loop = {cold_s / loop_s:.2f}x")
 
 
