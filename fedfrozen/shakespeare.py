@@ -59,7 +59,8 @@ def verify(path) -> Path:
     got = _sha256(path)
     if got != SHA256:
         raise ValueError(f"{path} is not {TARBALL} (sha256 {got[:16]}..., expected {SHA256[:16]}...): the file is "
-                         f"damaged or another release; delete it and fetch it again: {FETCH.format(folder=path.parent)}")
+                         f"damaged or another release; delete it and fetch it again: "
+                         f"{FETCH.format(folder=path.parent)}")
     return path
 
 
