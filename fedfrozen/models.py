@@ -3,8 +3,10 @@
 `create("vit_digits", num_classes=10)` builds the embedded-dataset model; `vit_fmnist_w48` the cpu profile's
 Fashion-MNIST model (0.886 centralised; `vit_fmnist`, the smaller one it replaced, 0.870); `vit_cifar` the
 ViT-Tiny-like model common in FL papers; `linear_vit` the vit_digits shape with linear
-attention (no softmax), the bridge to the paper's linear-attention theory. Any other name is
-passed to `timm.create_model` (pretrained weights only when asked).
+attention (no softmax), the bridge to the paper's linear-attention theory; `char_transformer` a causal character
+Transformer for next-character prediction (the Shakespeare federation: token windows in, the next character's
+logits out), `char_transformer_tiny` its dry-run size. Any other name is passed to `timm.create_model` (pretrained
+weights only when asked).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from torch import nn
 
 from .io import dry_run_settings
 
-__all__ = ["create", "LinearAttention", "PROJECT_MODELS"]
+__all__ = ["create", "LinearAttention", "CharTransformer", "PROJECT_MODELS", "TEXT_MODELS"]
 
 # name -> VisionTransformer keyword arguments (sizes checked in tests/test_qkv.py)
 PROJECT_MODELS = {
@@ -33,6 +35,46 @@ PROJECT_MODELS = {
     "linear_vit": dict(img_size=8, patch_size=2, in_chans=1, embed_dim=48, depth=3, num_heads=4,
                        mlp_ratio=2.0, qkv_bias=True, global_pool="avg"),
 }
+
+
+# name -> CharTransformer keyword arguments: next-character prediction over windows of `seq_len` characters
+TEXT_MODELS = {
+    "char_transformer": dict(embed_dim=64, depth=3, num_heads=4, seq_len=80, mlp_ratio=2.0),
+    "char_transformer_tiny": dict(embed_dim=16, depth=1, num_heads=2, seq_len=80, mlp_ratio=2.0),
+}
+
+
+class CharTransformer(nn.Module):
+    """A causal character Transformer: token embedding, learned positions, pre-norm `nn.TransformerEncoderLayer`s
+    under a causal mask (a position sees itself and what came before), a final norm and an untied head that reads
+    the last position: (N, L) token ids in, (N, vocab) logits of the character that follows the window out. Its
+    `nn.MultiheadAttention`s are what fedfrozen.qkv splits into q, k and v."""
+
+    def __init__(self, vocab: int, embed_dim: int = 64, depth: int = 3, num_heads: int = 4, seq_len: int = 80,
+                 mlp_ratio: float = 2.0):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim ({embed_dim}) must be a multiple of num_heads ({num_heads})")
+        self.seq_len = seq_len
+        self.token_embed = nn.Embedding(vocab, embed_dim)
+        self.pos_embed = nn.Parameter(torch.zeros(1, seq_len, embed_dim))
+        layer = nn.TransformerEncoderLayer(embed_dim, num_heads, int(mlp_ratio * embed_dim), dropout=0.0,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, vocab)
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.normal_(self.token_embed.weight, std=0.02)
+        self.register_buffer("mask", torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        if n > self.seq_len:
+            raise ValueError(f"windows of {n} characters; the model holds positions for {self.seq_len}")
+        h = self.token_embed(x) + self.pos_embed[:, :n]
+        h = self.encoder(h, mask=self.mask[:n, :n], is_causal=True)
+        return self.head(self.norm(h[:, -1]))
 
 
 class LinearAttention(nn.Module):
@@ -100,6 +142,10 @@ def create(name: str, num_classes: int, pretrained: bool = False, **kw) -> nn.Mo
     """
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer; got {num_classes!r}")
+    if name in TEXT_MODELS:
+        if pretrained:
+            raise ValueError(f"{name!r} is a project model with no pretrained weights; use pretrained=False")
+        return CharTransformer(num_classes, **{**TEXT_MODELS[name], **kw})
     if name in PROJECT_MODELS:
         if pretrained:
             raise ValueError(f"{name!r} is a project model with no pretrained weights; "

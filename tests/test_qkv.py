@@ -50,6 +50,7 @@ def _models():
         ("vit_fmnist_p4", lambda: ff.models.create("vit_fmnist_p4", 10), torch.randn(2, 1, 28, 28)),
         ("vit_cifar", lambda: ff.models.create("vit_cifar", 10), img32),
         ("linear_vit", lambda: ff.models.create("linear_vit", 10), torch.randn(2, 1, 8, 8)),
+        ("char_transformer", lambda: ff.models.create("char_transformer", 30), torch.randint(0, 30, (2, 80))),
     ]
 
 
@@ -401,3 +402,23 @@ def test_a_parallel_block_freezes_its_query_key_rows_only():
     groups = ff.qkv.param_groups(model)
     assert "blocks.0.in_proj.mlp.weight" in groups["mlp"] and "blocks.0.mlp_out_proj.weight" in groups["mlp"]
     assert "blocks.0.attn_out_proj.weight" in groups["attn_out"] and "blocks.0.in_proj.v.weight" in groups["v"]
+
+
+def test_the_split_character_transformer_still_sees_only_the_past():
+    """The causal case: after the split, a position's representation does not depend on later characters, and
+    Q/K are exactly the self-attention's q and k of every layer."""
+    torch.manual_seed(0)
+    model = ff.qkv.split_qkv(ff.models.create("char_transformer", 30))
+    x = torch.randint(0, 30, (2, 80))
+    y = x.clone()
+    y[:, 50:] = (y[:, 50:] + 1) % 30  # change every character from position 50 on
+
+    def hidden(t):
+        h = model.token_embed(t) + model.pos_embed
+        return model.encoder(h, mask=model.mask, is_causal=True)
+
+    assert torch.allclose(hidden(x)[:, :50], hidden(y)[:, :50], atol=1e-6)
+    assert not torch.allclose(hidden(x)[:, 50:], hidden(y)[:, 50:])
+    qk = ff.qkv.param_groups(model)["qk"]
+    assert sorted(qk) == sorted(f"encoder.layers.{i}.self_attn.{w}.{p}" for i in range(3) for w in "qk"
+                                for p in ("weight", "bias"))
