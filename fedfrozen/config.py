@@ -79,7 +79,8 @@ class Config:
                            "ff.data.register", choices=dataset_names)
     data_root: str = setting("data", "where torchvision datasets live")
     download: bool = setting(False, "fetch a missing torchvision dataset")
-    partition: str = setting("dirichlet", "iid | dirichlet | shards | quantity", choices=PARTITIONS)
+    partition: str = setting("dirichlet", "iid | dirichlet | shards | quantity | natural (the dataset's own clients: "
+                             "Shakespeare's roles)", choices=PARTITIONS)
     alpha: float = setting(0.5, "Dirichlet concentration (label skew; beta for quantity skew)", lo=0, lo_open=True)
     classes_per_client: int = setting(2, 'classes per client for partition="shards"', lo=1)
     min_client_samples: int = setting(2, "dirichlet | quantity: the fewest images a client may be dealt (how: "
@@ -217,6 +218,9 @@ class Config:
         if not self.dirichlet_balance and self.partition != "dirichlet":
             raise ValueError(f"dirichlet_balance=False is a rule of partition 'dirichlet'; got partition "
                              f"{self.partition!r}")
+        if self.partition == "natural" and self.dataset != "shakespeare":
+            raise ValueError(f"partition 'natural' takes the clients a dataset defines: only 'shakespeare' does (its "
+                             f"roles); got dataset {self.dataset!r}")
         if self.shift == "none" and self.shift_groups != 4:
             raise ValueError(f"shift_groups ({self.shift_groups}) is a setting of a feature shift; shift is 'none'")
         if self.shift != "none" and self.shift_groups > self.n_clients:

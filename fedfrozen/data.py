@@ -31,6 +31,7 @@ class Split:
     y: torch.Tensor
     classes: list
     name: str
+    owner: torch.Tensor | None = None  # each sample's natural client (partition "natural"), where the data has them
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
@@ -317,7 +318,7 @@ def _read_fashion_mnist(files) -> tuple[Split, Split]:
     return tuple(splits)
 
 
-DATASETS = ("digits", "cifar10", "cifar100", "svhn", "fashion_mnist")
+DATASETS = ("digits", "cifar10", "cifar100", "svhn", "fashion_mnist", "shakespeare")
 _REGISTERED: dict = {}  # name -> (loader, version): a user's own datasets (register)
 _LOADED: dict = {}      # (name, version) -> (train, test), each registered dataset read once per process
 
@@ -426,7 +427,64 @@ def load(name: str, root: str = "data", download: bool = False) -> tuple[Split, 
         return _load_digits()
     if name == "fashion_mnist":
         return _load_fashion_mnist(root, download)
+    if name == "shakespeare":
+        return _load_shakespeare(root, download)
     return _load_torchvision(name, root, download)
+
+
+# --- Shakespeare: each role of each play a client, next-character prediction (LEAF) ------------------------------
+
+SHAKESPEARE_WINDOW = 80        # characters a sample sees (LEAF's)
+SHAKESPEARE_TEST_SHARE = 0.2   # each role's last 20% is its test text
+SHAKESPEARE_MIN_CHARS = 2000   # roles shorter than this are not clients (424 of the 1,314 roles are kept)
+UNKNOWN = "\x00"               # the vocabulary's unknown symbol: a test character no training text holds
+
+
+def text_windows(text: str, index: dict, window: int = SHAKESPEARE_WINDOW):
+    """(x, y) of a text: every window of `window` characters (uint8 codes of `index`, unknown characters to the
+    unknown symbol's) and the character that follows it (LEAF's samples); none for a text of `window` or fewer."""
+    codes = torch.tensor([index.get(c, index[UNKNOWN]) for c in text], dtype=torch.uint8)
+    if len(codes) <= window:
+        return torch.zeros(0, window, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)
+    return codes.unfold(0, window, 1)[:-1].clone(), codes[window:].to(torch.long)
+
+
+def shakespeare_splits(roles: dict, name: str = "shakespeare", min_chars: int = SHAKESPEARE_MIN_CHARS,
+                       window: int = SHAKESPEARE_WINDOW):
+    """(train, test) Splits of `roles` ({role: text}): the roles of at least `min_chars` characters, largest first
+    (ties by name), each split into its first 80% (training) and last 20% (test) text; the vocabulary is every
+    character of the training text plus the unknown symbol (its classes); `owner` is the role's rank, the natural
+    client (partition "natural": n_clients takes the n largest roles)."""
+    kept = sorted((r for r, t in roles.items() if len(t) >= min_chars), key=lambda r: (-len(roles[r]), r))
+    if not kept:
+        raise ValueError(f"no role has {min_chars} characters or more")
+    cut = {r: int(round(len(roles[r]) * (1 - SHAKESPEARE_TEST_SHARE))) for r in kept}
+    vocab = sorted(set("".join(roles[r][:cut[r]] for r in kept))) + [UNKNOWN]
+    if len(vocab) > 256:
+        raise ValueError(f"a vocabulary of {len(vocab)} characters does not fit uint8 codes")
+    index = {c: i for i, c in enumerate(vocab)}
+    parts = {"train": [], "test": []}
+    for rank, r in enumerate(kept):
+        for part, text in (("train", roles[r][:cut[r]]), ("test", roles[r][cut[r]:])):
+            x, y = text_windows(text, index, window)
+            parts[part].append((x, y, torch.full((len(y),), rank, dtype=torch.long)))
+    splits = [Split(torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps]), vocab, name,
+                    torch.cat([p[2] for p in ps])) for ps in (parts["train"], parts["test"])]
+    splits[0].roles = splits[1].roles = kept
+    return tuple(splits)
+
+
+def _load_shakespeare(root: str, download: bool) -> tuple[Split, Split]:
+    from . import shakespeare
+
+    try:
+        source = shakespeare.locate(root)
+    except FileNotFoundError:
+        if not download:
+            raise
+        source = shakespeare.fetch(root)
+    return _memoised([source] if source.is_file() else sorted(source.iterdir()),
+                     lambda: shakespeare_splits(shakespeare.roles(shakespeare.read_plays(source))))
 
 
 def write_fake_cifar(name: str, root, per_class: int = 50, test_per_class: int = 10, seed: int = 0) -> str:

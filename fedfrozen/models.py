@@ -69,7 +69,7 @@ class CharTransformer(nn.Module):
                              persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[1]
+        x, n = x.long(), x.shape[1]  # (token codes may be stored as uint8)
         if n > self.seq_len:
             raise ValueError(f"windows of {n} characters; the model holds positions for {self.seq_len}")
         h = self.token_embed(x) + self.pos_embed[:, :n]

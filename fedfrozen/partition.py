@@ -12,7 +12,7 @@ import numpy as np
 __all__ = ["iid", "dirichlet", "shards", "quantity_skew", "label_counts", "summary", "parse_spec", "make", "PARTITIONS",
            "MIN_SIZE_RULES"]
 
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural")
 # how a Dirichlet draw gives every client its `min_size` samples: "redraw" repeats the whole draw until it does
 # (NIID-Bench's way: bounded, then an error); "deal" deals every client `min_size` samples drawn at random first and
 # the Dirichlet draw deals the rest, once (for federations where no draw would do, e.g. 1,000 clients at alpha 0.1)
@@ -227,11 +227,29 @@ def parse_spec(spec: str) -> dict:
     raise error
 
 
+def natural(owner, n_clients: int) -> list[np.ndarray]:
+    """The clients the dataset defines: client c holds the samples whose owner is c (a dataset orders its natural
+    clients, largest first: Shakespeare's roles); owners >= n_clients are in no client."""
+    owner = np.asarray(owner)
+    n_clients = _check_clients(n_clients, owner.size)
+    if owner.size == 0 or owner.max() < n_clients - 1:
+        raise ValueError(f"n_clients ({n_clients}) exceeds the dataset's {int(owner.max()) + 1 if owner.size else 0} "
+                         f"natural clients")
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(n_clients + 1))
+    return [np.sort(order[bounds[c]:bounds[c + 1]]) for c in range(n_clients)]
+
+
 def make(name: str, labels, n_clients: int, seed: int = 0, *, alpha: float = 0.5,
          classes_per_client: int = 2, min_size: int = 2, min_size_by: str = "redraw",
-         balance: bool = True) -> list[np.ndarray]:
-    """Dispatch by name (`iid|dirichlet|shards|quantity`); `alpha` is beta for quantity skew; `min_size_by`
-    (MIN_SIZE_RULES) and `balance` are for dirichlet only."""
+         balance: bool = True, owner=None) -> list[np.ndarray]:
+    """Dispatch by name (`iid|dirichlet|shards|quantity|natural`); `alpha` is beta for quantity skew; `min_size_by`
+    (MIN_SIZE_RULES) and `balance` are for dirichlet only; `owner` (each sample's natural client) for natural only."""
+    if name == "natural":
+        if owner is None:
+            raise ValueError("partition 'natural' takes the clients a dataset defines; this dataset defines none "
+                             "(Shakespeare's roles do)")
+        return natural(owner, n_clients)
     labels = _check_labels(labels)
     if min_size_by != "redraw" and name != "dirichlet":
         raise ValueError(f"min_size_by={min_size_by!r} is a rule of partition 'dirichlet'; got partition {name!r}")

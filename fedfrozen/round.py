@@ -448,8 +448,10 @@ def evaluate_round(s, r: int) -> dict:
         out["test_acc"] = sum(acc for _, acc in measured) / len(groups)
         out.update({f"test_acc_g{g}": acc for g, (_, acc) in enumerate(measured)})
         out["test_acc_worst"] = min(acc for _, acc in measured)
-    else:
-        out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)
+    else:  # (natural clients: a fixed sample of their test text, all of it at the last round)
+        full = getattr(s, "test_full", None) if r == cfg.rounds - 1 else None
+        test_x, test_y = full if full is not None else (s.test_x, s.test_y)
+        out["test_loss"], out["test_acc"], _ = evaluate(s.model, test_x, test_y, amp=cfg.amp)
     if len(s.val_idx):
         out["val_loss"], out["val_acc"], _ = evaluate(s.model, s.x[s.val_idx], s.y[s.val_idx], amp=cfg.amp)
     else:

@@ -13,7 +13,9 @@ from .config import Config
 from .flat import FlatParams
 from .rng import seed_for
 
-__all__ = ["Setup", "prepare", "split_training_data", "pretrain_on_public"]
+__all__ = ["Setup", "prepare", "split_training_data", "pretrain_on_public", "TEST_SAMPLE"]
+
+TEST_SAMPLE = 20_000  # test windows evaluated during training where the test set is the clients' own (text)
 
 
 def _device(cfg: Config) -> torch.device:
@@ -70,9 +72,10 @@ class Setup:
         if cfg.n_clients > pool.size:
             raise ValueError(f"n_clients ({cfg.n_clients}) exceeds the {pool.size} training samples "
                              f"left for clients")
+        owner = None if train.owner is None else train.owner.numpy()[pool]  # natural clients (Shakespeare's roles)
         parts = partition.make(cfg.partition, labels[pool], cfg.n_clients, seed=cfg.seed, alpha=cfg.alpha,
                                classes_per_client=cfg.classes_per_client, min_size=cfg.min_client_samples,
-                               min_size_by=cfg.min_samples_by, balance=cfg.dirichlet_balance)
+                               min_size_by=cfg.min_samples_by, balance=cfg.dirichlet_balance, owner=owner)
         self.client_train, self.client_eval = [], []
         for part in parts:
             idx = rng.permutation(pool[part])
@@ -83,6 +86,13 @@ class Setup:
         self.client_sizes = np.array([len(t) for t in self.client_train], dtype=np.float64)
         self.x, self.y = train.x.to(device), train.y.to(device)
         self.test_x, self.test_y = test.x.to(device), test.y.to(device)
+        self.test_full = None
+        if test.owner is not None:  # natural clients: the federation's test text, a fixed sample during training
+            self._sample_test(test, cfg, device)
+        if train.owner is not None:  # natural clients: the validation windows of the federation's roles, a sample
+            val_idx = val_idx[train.owner.numpy()[val_idx] < cfg.n_clients]
+            if len(val_idx) > TEST_SAMPLE:
+                val_idx = np.sort(np.random.default_rng(0).choice(val_idx, TEST_SAMPLE, replace=False))
         self.val_idx = torch.as_tensor(val_idx, device=device)
         self.public_idx = torch.as_tensor(public_idx, device=device)
         # every client's held-out slice in one index tensor, with its owner, for one batched evaluation
@@ -92,6 +102,8 @@ class Setup:
 
         torch.manual_seed(seed_for("init", cfg.seed))
         kw = dict(cfg.model_kwargs)
+        if cfg.model in models.TEXT_MODELS:
+            kw.setdefault("seq_len", train.x.shape[1])
         if cfg.model in models.PROJECT_MODELS:
             kw.setdefault("in_chans", train.x.shape[1])
             kw.setdefault("img_size", train.x.shape[2])
@@ -109,6 +121,19 @@ class Setup:
         qkv.split_qkv(self.model)
         self.flat = FlatParams(self.model)
         shift.apply(self)  # a feature shift (Config.shift): the clients' images by group, one test set per group
+
+    def _sample_test(self, test, cfg: Config, device) -> None:
+        """The federation's test set where clients are natural (test.owner): the test text of its n_clients roles; a
+        fixed sample of TEST_SAMPLE of its windows (seeded by the dataset, not the run: every run sees the same) is
+        evaluated during training, all of it at the last round (`test_full`)."""
+        keep = torch.nonzero(test.owner < cfg.n_clients).flatten()
+        full = (test.x[keep].to(device), test.y[keep].to(device))
+        if len(keep) > TEST_SAMPLE:
+            pick = torch.from_numpy(np.sort(np.random.default_rng(0).choice(len(keep), TEST_SAMPLE, replace=False)))
+            self.test_x, self.test_y = full[0][pick.to(device)], full[1][pick.to(device)]
+            self.test_full = full
+        else:
+            self.test_x, self.test_y = full
 
 
 def prepare(cfg: Config, train=None, test=None) -> Setup:

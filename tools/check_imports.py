@@ -18,8 +18,9 @@ PKG = Path(__file__).resolve().parents[1] / "fedfrozen"
 LAYERS = [
     ("ground", ["progress", "io", "rng"]),
     ("attention layouts", ["layouts"]),
-    ("data and models", ["shakespeare", "data", "augment", "partition", "shift", "models", "qkv", "history",
-                         "linear_attention", "attention_sim"]),
+    ("raw texts", ["shakespeare"]),
+    ("data and models", ["data", "augment", "partition", "shift", "models", "qkv", "history", "linear_attention",
+                         "attention_sim"]),
     ("buffers", ["flat"]),
     ("the local update rule", ["update"]),
     ("methods", ["methods"]),

