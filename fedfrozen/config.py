@@ -218,9 +218,9 @@ class Config:
         if not self.dirichlet_balance and self.partition != "dirichlet":
             raise ValueError(f"dirichlet_balance=False is a rule of partition 'dirichlet'; got partition "
                              f"{self.partition!r}")
-        if self.partition == "natural" and self.dataset != "shakespeare":
-            raise ValueError(f"partition 'natural' takes the clients a dataset defines: only 'shakespeare' does (its "
-                             f"roles); got dataset {self.dataset!r}")
+        if self.partition == "natural" and self.dataset in ("digits", "cifar10", "cifar100", "svhn", "fashion_mnist"):
+            raise ValueError(f"partition 'natural' takes the clients a dataset defines (Shakespeare's roles, or a "
+                             f"registered dataset's owner); {self.dataset!r} defines none")
         if self.shift == "none" and self.shift_groups != 4:
             raise ValueError(f"shift_groups ({self.shift_groups}) is a setting of a feature shift; shift is 'none'")
         if self.shift != "none" and self.shift_groups > self.n_clients:

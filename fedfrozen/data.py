@@ -41,12 +41,17 @@ class Split:
         return len(self.classes)
 
 
-def from_tensors(x, y, name: str = "custom", classes=None) -> Split:
-    """Wrap user tensors (x: N,C,H,W floats, y: N ints) as a Split, with checks."""
-    x = torch.as_tensor(x, dtype=torch.float32)
+def from_tensors(x, y, name: str = "custom", classes=None, owner=None) -> Split:
+    """Wrap user tensors as a Split, with checks: images (x: N,C,H,W floats) or token windows (x: N,L integers,
+    e.g. character codes; `y` the token that follows), y: N ints; `owner` (N ints, optional): each sample's natural
+    client (partition "natural": client c holds the samples owned by c)."""
+    x = torch.as_tensor(x)
+    text = not x.is_floating_point() and x.dtype != torch.bool and x.ndim == 2
+    x = x.to(torch.long) if text else x.to(torch.float32)
     y = torch.as_tensor(y)
-    if x.ndim != 4:
-        raise ValueError(f"x must have shape (N, C, H, W); got {tuple(x.shape)}")
+    if x.ndim != 4 and not text:
+        raise ValueError(f"x must be images of shape (N, C, H, W) or integer token windows (N, L); got "
+                         f"{x.dtype} {tuple(x.shape)}")
     if y.ndim != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
         raise ValueError("y must be a 1-D integer tensor of class labels")
     if len(x) != len(y):
@@ -54,7 +59,12 @@ def from_tensors(x, y, name: str = "custom", classes=None) -> Split:
     y = y.to(torch.long)
     if classes is None:
         classes = [str(c) for c in range(int(y.max()) + 1)]
-    return Split(x.contiguous(), y, list(classes), name)
+    if owner is not None:
+        owner = torch.as_tensor(owner)
+        if owner.shape != y.shape or owner.is_floating_point() or int(owner.min()) < 0:
+            raise ValueError("owner must be N non-negative integers: each sample's natural client")
+        owner = owner.to(torch.long)
+    return Split(x.contiguous(), y, list(classes), name, owner)
 
 
 SUBSET_SEED = 0  # the seed of every train_subset: a fixed property of the dataset, not of a run
@@ -393,9 +403,10 @@ def _checked(name: str, out) -> tuple[Split, Split]:
     for part, split in (("train", train), ("test", test)):
         if len(split) == 0:
             raise ValueError(f"{where}: the {part} split is empty")
-        if split.x.ndim != 4 or not split.x.is_floating_point():
-            raise ValueError(f"{where}: {part} images must be floats of shape (N, C, H, W); got {split.x.dtype} "
-                             f"{tuple(split.x.shape)}")
+        text = split.x.ndim == 2 and not split.x.is_floating_point()
+        if not text and (split.x.ndim != 4 or not split.x.is_floating_point()):
+            raise ValueError(f"{where}: {part} images must be floats of shape (N, C, H, W) (or token windows: "
+                             f"integers (N, L)); got {split.x.dtype} {tuple(split.x.shape)}")
         if split.y.dtype != torch.long or split.y.ndim != 1 or len(split.y) != len(split.x):
             raise ValueError(f"{where}: {part} labels must be N int64 class indices")
         low, high = int(split.y.min()), int(split.y.max())
@@ -403,11 +414,14 @@ def _checked(name: str, out) -> tuple[Split, Split]:
             raise ValueError(f"{where}: {part} labels run from {low} to {high}; they must lie in "
                              f"0..{len(train.classes) - 1} (the train split's {len(train.classes)} classes)")
     if tuple(train.x.shape[1:]) != tuple(test.x.shape[1:]):
-        raise ValueError(f"{where}: train images are {tuple(train.x.shape[1:])} but test images "
+        raise ValueError(f"{where}: train samples are {tuple(train.x.shape[1:])} but test samples "
                          f"{tuple(test.x.shape[1:])}")
+    if (train.owner is None) != (test.owner is None):
+        raise ValueError(f"{where}: give owner (natural clients) for both splits or neither")
     if len(train.classes) < 2:
         raise ValueError(f"{where}: one class only; a classifier needs two or more")
-    return Split(train.x, train.y, list(train.classes), name), Split(test.x, test.y, list(train.classes), name)
+    return (Split(train.x, train.y, list(train.classes), name, train.owner),
+            Split(test.x, test.y, list(train.classes), name, test.owner))
 
 
 def load(name: str, root: str = "data", download: bool = False) -> tuple[Split, Split]:

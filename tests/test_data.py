@@ -188,7 +188,13 @@ def test_the_real_fashion_mnist_files(tmp_path):
 def test_from_tensors_checks_shapes():
     s = ff.data.from_tensors(torch.zeros(4, 1, 8, 8), torch.tensor([0, 1, 2, 1]))
     assert s.num_classes == 3 and s.y.dtype == torch.int64
-    with pytest.raises(ValueError, match="x must have shape"):
+    with pytest.raises(ValueError, match=r"x must be images of shape \(N, C, H, W\) or integer token windows"):
         ff.data.from_tensors(torch.zeros(4, 8, 8), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="x must be images"):  # float windows are neither
+        ff.data.from_tensors(torch.zeros(4, 8), torch.zeros(4, dtype=torch.long))
+    text = ff.data.from_tensors(torch.zeros(4, 8, dtype=torch.uint8), torch.tensor([0, 1, 2, 1]), owner=[0, 0, 1, 1])
+    assert text.x.dtype == torch.long and text.owner.tolist() == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match="owner must be N non-negative integers"):
+        ff.data.from_tensors(torch.zeros(4, 8, dtype=torch.long), torch.tensor([0, 1, 2, 1]), owner=[0, 1])
     with pytest.raises(ValueError, match="integer"):
         ff.data.from_tensors(torch.zeros(4, 1, 8, 8), torch.zeros(4))

@@ -1,6 +1,6 @@
 """docs/extending.md's three recipes, executed as written (every ```python block of a section, in order), and what
 each promises: a method with a client and a server half, on the loop and on the Flower apps; a user's own dataset;
-a model of one's own through timm's registry and the QK/V splitter."""
+a user's own text with natural clients; a model of one's own through timm's registry and the QK/V splitter."""
 
 import re
 from pathlib import Path
@@ -70,6 +70,7 @@ def dataset_recipe():
     ns = recipe(2)
     yield ns
     ff.data.unregister("stripes")
+    ff.data.unregister("dialogue")
 
 
 def test_the_dataset_recipe_trains_on_the_users_data_and_keys_its_version(dataset_recipe):
@@ -80,6 +81,15 @@ def test_the_dataset_recipe_trains_on_the_users_data_and_keys_its_version(datase
     key = ff.experiments.config_key(cfg)
     ff.data.register("stripes", dataset_recipe["stripes"], version=2, replace=True)
     assert ff.experiments.config_key(cfg) != key
+
+
+def test_the_text_recipe_gives_each_speaker_its_own_client(dataset_recipe):
+    cfg, hist = dataset_recipe["text_cfg"], dataset_recipe["text_hist"]
+    s = ff.loop.prepare(cfg)
+    train = ff.data.load("dialogue")[0]
+    assert [set(train.owner[c].tolist()) for c in s.client_train] == [{0}, {1}, {2}]  # a client is one speaker
+    assert len(hist.rows) == cfg.rounds and hist.diverged is None
+    assert ff.qkv.param_names(s.model, ["qk"]) and s.x.dtype == torch.long  # a Transformer's Q/K, tokens as ints
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def test_the_natural_partition_takes_the_datasets_clients():
         partition.natural(owner, 5)
     with pytest.raises(ValueError, match="defines none"):
         partition.make("natural", [0] * 6, 3)
-    with pytest.raises(ValueError, match="partition 'natural'.*only 'shakespeare'"):
+    with pytest.raises(ValueError, match="partition 'natural'.*'digits' defines none"):
         ff.Config(dataset="digits", partition="natural")
 
 
