@@ -238,7 +238,12 @@ class Config:
             raise ValueError(f"init must be 'random', 'public', 'pretrained' or a path; got {self.init!r}")
         if self.init == "public" and (self.public_fraction <= 0 or self.server_pretrain_epochs < 1):
             raise ValueError("init='public' needs public_fraction > 0 and server_pretrain_epochs >= 1")
-        if self.init == "pretrained" and self.train_subset is None:
+        text = self.dataset == "shakespeare"
+        if self.init == "pretrained" and (self.pretrain_task == "plays") != text:
+            raise ValueError(f"pretrain_task {self.pretrain_task!r} does not fit dataset {self.dataset!r}: 'plays' is "
+                             f"the pre-training of the Shakespeare text (the server's own plays), rotation and "
+                             f"classes are image tasks")
+        if self.init == "pretrained" and self.train_subset is None and not text:
             raise ValueError("init='pretrained' pre-trains on training images no client holds: set train_subset to "
                              "the federation's share of the training split (the rest is the server's)")
         methods.build(self)  # the method's own checks: its settings (method_args), component compatibility

@@ -452,6 +452,9 @@ SHAKESPEARE_WINDOW = 80        # characters a sample sees (LEAF's)
 SHAKESPEARE_TEST_SHARE = 0.2   # each role's last 20% is its test text
 SHAKESPEARE_MIN_CHARS = 2000   # roles shorter than this are not clients (424 of the 1,314 roles are kept)
 UNKNOWN = "\x00"               # the vocabulary's unknown symbol: a test character no training text holds
+# plays whose roles are never clients: the server's text for a pretrained start (pretrain_task="plays")
+SHAKESPEARE_PRETRAIN_PLAYS = ("comedy_of_errors", "henry_vi_part_1", "john", "merry_wives_of_windsor", "pericles",
+                              "two_gentlemen_of_verona")
 
 
 def text_windows(text: str, index: dict, window: int = SHAKESPEARE_WINDOW):
@@ -464,14 +467,18 @@ def text_windows(text: str, index: dict, window: int = SHAKESPEARE_WINDOW):
 
 
 def shakespeare_splits(roles: dict, name: str = "shakespeare", min_chars: int = SHAKESPEARE_MIN_CHARS,
-                       window: int = SHAKESPEARE_WINDOW):
-    """(train, test) Splits of `roles` ({role: text}): the roles of at least `min_chars` characters, largest first
-    (ties by name), each split into its first 80% (training) and last 20% (test) text; the vocabulary is every
-    character of the training text plus the unknown symbol (its classes); `owner` is the role's rank, the natural
-    client (partition "natural": n_clients takes the n largest roles)."""
+                       window: int = SHAKESPEARE_WINDOW, held_out=SHAKESPEARE_PRETRAIN_PLAYS):
+    """(train, test) Splits of `roles` ({"play/ROLE": text}): the roles of at least `min_chars` characters, each
+    split into its first 80% (training) and last 20% (test) text; the vocabulary is every character of the training
+    text plus the unknown symbol (its classes). `owner` is a role's rank among the clients' roles, largest first
+    (ties by name): the natural client (partition "natural": n_clients takes the n largest roles); the roles of the
+    `held_out` plays are owned by no client (owner -1): their training text is the server's, for a pretrained start
+    (pretrain_task "plays"), and their test text is left out."""
     kept = sorted((r for r, t in roles.items() if len(t) >= min_chars), key=lambda r: (-len(roles[r]), r))
     if not kept:
         raise ValueError(f"no role has {min_chars} characters or more")
+    server = [r for r in kept if r.split("/")[0] in held_out]
+    kept = [r for r in kept if r not in server] + server
     cut = {r: int(round(len(roles[r]) * (1 - SHAKESPEARE_TEST_SHARE))) for r in kept}
     vocab = sorted(set("".join(roles[r][:cut[r]] for r in kept))) + [UNKNOWN]
     if len(vocab) > 256:
@@ -480,11 +487,13 @@ def shakespeare_splits(roles: dict, name: str = "shakespeare", min_chars: int = 
     parts = {"train": [], "test": []}
     for rank, r in enumerate(kept):
         for part, text in (("train", roles[r][:cut[r]]), ("test", roles[r][cut[r]:])):
+            if part == "test" and r in server:
+                continue
             x, y = text_windows(text, index, window)
-            parts[part].append((x, y, torch.full((len(y),), rank, dtype=torch.long)))
+            parts[part].append((x, y, torch.full((len(y),), -1 if r in server else rank, dtype=torch.long)))
     splits = [Split(torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps]), vocab, name,
                     torch.cat([p[2] for p in ps])) for ps in (parts["train"], parts["test"])]
-    splits[0].roles = splits[1].roles = kept
+    splits[0].roles = splits[1].roles = [r for r in kept if r not in server]  # the clients', by owner
     return tuple(splits)
 
 

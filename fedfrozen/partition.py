@@ -230,7 +230,7 @@ def parse_spec(spec: str) -> dict:
 def natural(owner, n_clients: int) -> list[np.ndarray]:
     """The clients the dataset defines: client c holds the samples whose owner is c (a dataset orders its natural
     clients, largest first: Shakespeare's roles); owners >= n_clients are in no client."""
-    owner = np.asarray(owner)
+    owner = np.asarray(owner)  # (negative: no client's, e.g. the server's own text)
     n_clients = _check_clients(n_clients, owner.size)
     if owner.size == 0 or owner.max() < n_clients - 1:
         raise ValueError(f"n_clients ({n_clients}) exceeds the dataset's {int(owner.max()) + 1 if owner.size else 0} "

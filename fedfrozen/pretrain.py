@@ -2,7 +2,7 @@
 
 Before round 0 the server trains the model centrally on training images **no client holds**: the images of the
 dataset's training split outside the federation's fixed `train_subset` (so `train_subset` must leave some out).
-Two pre-training tasks (`Config.pretrain_task`):
+Three pre-training tasks (`Config.pretrain_task`):
 
 - `rotation` (default): self-supervised. Each image is shown turned by 0, 90, 180 or 270 degrees (drawn per image
   and epoch from the pre-training generator) and the model learns which; no label is used. The body (patch
@@ -10,6 +10,8 @@ Two pre-training tasks (`Config.pretrain_task`):
   the federated task starts at chance and has everything to gain, from a kernel that already attends.
 - `classes`: supervised on the first half of the classes only (their labels, images outside the subset); the whole
   model, head included, is kept, so the federated task starts at most half solved.
+- `plays` (text with natural clients, `dataset="shakespeare"`): next-character prediction on the server's own plays
+  (`data.SHAKESPEARE_PRETRAIN_PLAYS`, whose roles are never clients); the body is kept, the head is the run's own.
 
 The weights are made once per setting and cached like a run: `results/pretrained/<key>.pt`, where the key hashes
 the dataset, model, its arguments, the subset, the task, the epochs and `pretrain_seed` (the same seed gives
@@ -38,7 +40,7 @@ from .rng import seed_for
 __all__ = ["PretrainSettings", "PRETRAIN_TASKS", "PRETRAIN_LR", "PRETRAIN_BATCH", "outside_indices", "weights_key",
            "cache_dir", "pretrained_state", "load_into", "task_data", "task_batches"]
 
-PRETRAIN_TASKS = ("rotation", "classes")
+PRETRAIN_TASKS = ("rotation", "classes", "plays")
 PRETRAIN_LR = 1e-3
 PRETRAIN_BATCH = 64
 _VERSION = 1  # part of every weights key: bump when what the pre-training computes changes
@@ -51,7 +53,7 @@ class PretrainSettings(Settings):
 
     prefix: ClassVar[str] = "pretrain"
     task: str = setting("rotation", 'init="pretrained": rotation (self-supervised, fresh head) | classes (the first '
-                        "half of the classes)", choices=PRETRAIN_TASKS)
+                        "half of the classes) | plays (text: the server's own plays)", choices=PRETRAIN_TASKS)
     epochs: int = setting(3, 'init="pretrained": epochs over the images outside train_subset', lo=1)
     seed: int = setting(0, 'init="pretrained": the pre-training\'s seed (same seed, same weights; part of their '
                         "cache key)", lo=0)
@@ -59,7 +61,13 @@ class PretrainSettings(Settings):
 
 def outside_indices(train: data.Split, train_subset: int | None) -> np.ndarray:
     """Indices of the training images outside the federation's fixed subset (`data.subset_indices`): the images
-    no client, validation split or public split ever holds. A ValueError when there are none."""
+    no client, validation split or public split ever holds (text with natural clients: the samples no client owns,
+    the server's plays). A ValueError when there are none."""
+    if train.owner is not None:
+        outside = np.flatnonzero(train.owner.numpy() < 0)
+        if not outside.size:
+            raise ValueError("init='pretrained' pre-trains on text no client owns; this dataset leaves none out")
+        return outside
     if train_subset is None or train_subset >= len(train):
         raise ValueError(f"init='pretrained' pre-trains on training images no client holds, so train_subset must "
                          f"leave some out; got train_subset={train_subset!r} of {len(train)} images")
@@ -138,10 +146,10 @@ def pretrained_state(cfg, train: data.Split, num_classes: int, kw: dict) -> dict
 
 def load_into(model: torch.nn.Module, state: dict, task: str) -> list[str]:
     """Load pretrained weights into the run's model (before Q/K/V are split): everything but the classification
-    head for `rotation` (its head answered another question), everything for `classes`. Returns the names kept
-    from the run's own initialisation."""
+    head for `rotation` and `plays` (the body: its head answered another question, or another text's), everything
+    for `classes`. Returns the names kept from the run's own initialisation."""
     head = {n for n, p in model.named_parameters() if n.startswith("head.")}
-    take = {k: v for k, v in state.items() if not (task == "rotation" and k in head)}
+    take = {k: v for k, v in state.items() if not (task in ("rotation", "plays") and k in head)}
     own = model.state_dict()
     bad = [k for k, v in take.items() if k not in own or own[k].shape != v.shape]
     if bad:

