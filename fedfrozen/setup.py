@@ -16,6 +16,7 @@ from .rng import seed_for
 __all__ = ["Setup", "prepare", "split_training_data", "pretrain_on_public", "TEST_SAMPLE"]
 
 TEST_SAMPLE = 20_000  # test windows evaluated during training where the test set is the clients' own (text)
+CLIENT_EVAL = 200     # held-out windows of a natural client evaluated for its local accuracy (text)
 
 
 def _device(cfg: Config) -> torch.device:
@@ -83,6 +84,9 @@ class Setup:
             k = min(max(k, 1 if cfg.client_holdout > 0 and idx.size > 1 else 0), idx.size - 1)
             self.client_eval.append(torch.as_tensor(np.sort(idx[:k]), device=device))
             self.client_train.append(torch.as_tensor(np.sort(idx[k:]), device=device))
+        if train.owner is not None:  # natural clients hold up to ~45k windows: each evaluates a fixed sample
+            self.client_eval = [e[torch.from_numpy(np.sort(np.random.default_rng(i).permutation(len(e))[:CLIENT_EVAL]))
+                                  .to(device)] if len(e) > CLIENT_EVAL else e for i, e in enumerate(self.client_eval)]
         self.client_sizes = np.array([len(t) for t in self.client_train], dtype=np.float64)
         self.x, self.y = train.x.to(device), train.y.to(device)
         self.test_x, self.test_y = test.x.to(device), test.y.to(device)
