@@ -92,7 +92,7 @@ def _images(n, shape=(1, 8, 8)):
 BAD = {
     "not a pair": (lambda: _images(10), "the loader must return \\(train, test\\)"),
     "3-D images": (lambda: ((_images(40)[:, 0], torch.arange(40) % 3), (_images(9), torch.arange(9) % 3)),
-                   "train: x must have shape"),
+                   "train: x must be images of shape"),
     "float labels": (lambda: ((_images(40), torch.rand(40)), (_images(9), torch.arange(9) % 3)),
                      "train: y must be a 1-D integer tensor"),
     "test labels out of range": (lambda: ((_images(40), torch.arange(40) % 3), (_images(9), torch.arange(9) % 5)),
@@ -100,7 +100,7 @@ BAD = {
     "negative labels": (lambda: ((_images(40), torch.arange(40) % 3 - 1), (_images(9), torch.arange(9) % 2)),
                         "train labels run from -1"),
     "image sizes differ": (lambda: ((_images(40), torch.arange(40) % 3), (_images(9, (1, 6, 6)), torch.arange(9) % 3)),
-                           "train images are \\(1, 8, 8\\) but test images \\(1, 6, 6\\)"),
+                           "train samples are \\(1, 8, 8\\) but test samples \\(1, 6, 6\\)"),
     "one class": (lambda: ((_images(40), torch.zeros(40, dtype=torch.long)), (_images(9), torch.zeros(9).long())),
                   "one class only"),
 }
