@@ -15,8 +15,8 @@ from .rng import seed_for
 
 __all__ = ["Setup", "prepare", "split_training_data", "pretrain_on_public", "TEST_SAMPLE"]
 
-TEST_SAMPLE = 20_000  # test windows evaluated during training where the test set is the clients' own (text)
-CLIENT_EVAL = 200     # held-out windows of a natural client evaluated for its local accuracy (text)
+TEST_SAMPLE = 5_000  # test (and validation) windows evaluated during training where clients are natural (text)
+CLIENT_EVAL = 50      # held-out windows of a natural client evaluated for its local accuracy (text)
 
 
 def _device(cfg: Config) -> torch.device:
