@@ -133,7 +133,8 @@ ALONG = {"clients_per_round": {"n_clients": 20}, "classes_per_client": {"partiti
          "participation_skew": {"participation": "skewed"}, "public_fraction": {}, "amp": {"device": "cuda"},
          "pretrain_task": {"init": "pretrained", "train_subset": 500},
          "pretrain_epochs": {"init": "pretrained", "train_subset": 500},
-         "pretrain_seed": {"init": "pretrained", "train_subset": 500}}
+         "pretrain_seed": {"init": "pretrained", "train_subset": 500},
+         "shift_groups": {"shift": "rotation", "n_clients": 20}}
 
 
 def test_two_configs_that_run_differently_never_share_a_key():
