@@ -10,7 +10,7 @@ from .io import atomic_write
 
 __all__ = ["History", "WALL_CLOCK_COLUMNS", "LATE_EVALUATIONS", "oscillation"]
 
-WALL_CLOCK_COLUMNS = ("seconds",)
+WALL_CLOCK_COLUMNS = ("seconds", "client_seconds")  # (client_seconds: a Flower round's ClientApps, summed)
 
 
 def _clean(v):

@@ -428,5 +428,6 @@ def test_the_round_and_reply_records_read_back_what_was_written_from_one_declara
     sent = records.write_reply(cid=3, examples=40, loss=0.5, steps=6)
     assert records.read_reply(sent) == {"cid": 3, "examples": 40, "loss": 0.5, "steps": 6}
     assert records.read_reply(records.write_reply(cid=3, examples=0)) == {"cid": 3, "examples": 0}
+    assert records.read_reply(records.write_reply(seconds=0.25)) == {"seconds": 0.25}  # the ClientApp's own time
     with pytest.raises(ValueError, match="no field.*'weight'"):
         records.write_reply(cid=3, examples=1, weight=0.5)

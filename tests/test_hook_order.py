@@ -177,6 +177,7 @@ def test_every_method_calls_its_hooks_in_one_order_in_the_loop_and_on_flower(nam
     assert [r["test_acc"] for r in fl.rows] == pytest.approx([r["test_acc"] for r in loop.rows], abs=1e-6)
     assert [(r["bytes_down"], r["bytes_up"]) for r in fl.rows] == [(r["bytes_down"], r["bytes_up"]) for r in loop.rows]
     sampled = {(r["round"], c) for r in loop.rows for c in r["clients"]}
+    assert all(r["client_seconds"] > 0 for r in fl.rows)  # the ClientApps' own time, as their replies said
 
     # the server's half, whole: the same hooks on the same clients in the same order
     opening = ["setup", "frozen_groups", "value_penalty", "sample_clients", "begin_round", "anchor_coeff"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -91,6 +92,7 @@ def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    started = time.perf_counter()
     follow_threads()  # the thread count of the process that started the federation (its sums are the loop's)
     conf = msg.content["config"]
     cfg = _config(str(conf["fedfrozen"]))
@@ -120,6 +122,7 @@ def train(msg: Message, context: Context) -> Message:
     arrays, metrics, up, keep = train_client(cfg, cid, r, state, conf, sent,
                                              kept_state(context, cfg, frozen, r, folder))
     keep_state(context, cfg, frozen, keep, r, folder)
+    metrics.update(records.write_reply(seconds=time.perf_counter() - started))  # (to the reply's making)
     content = {"update": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)}
     if up:
         content["method"] = ArrayRecord(torch_state_dict={k: v.detach().clone() for k, v in up.items()})

@@ -36,6 +36,7 @@ REPLY = {
     "num-examples": ("examples", int, int),
     "train-loss": ("loss", float, float),
     "steps": ("steps", int, int),
+    "seconds": ("seconds", float, float),  # the ClientApp's own time for the round (its share of a round's cost)
 }
 
 
@@ -50,8 +51,8 @@ def read_round(conf) -> dict:
 
 
 def write_reply(**values) -> dict:
-    """The MetricRecord entries of a client's reply from {name: value} (cid and examples always; loss and steps
-    when it trained)."""
+    """The MetricRecord entries of a client's reply from {name: value} (cid and examples always; loss, steps and
+    seconds when it trained)."""
     unknown = set(values) - {name for name, _, _ in REPLY.values()}
     if unknown:
         raise ValueError(f"a reply has no field(s) {sorted(unknown)}; its fields: "

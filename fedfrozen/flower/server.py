@@ -69,7 +69,7 @@ class Federation:
                          update=flat_update(self.s.flat, results[cid].update, self.delta), loss=results[cid].loss,
                          steps=results[cid].steps, extras=results[cid].extras) for cid in done)
         return replies, dict(bytes_down_wire=down_wire, bytes_up_wire=sum(results[cid].wire_bytes for cid in done),
-                             failures=failures)
+                             failures=failures, client_seconds=sum(results[cid].seconds for cid in done))
 
 
 # --- the round's messages as Flower records ------------------------------------------------------------------------
@@ -131,6 +131,7 @@ class Returned:
     steps: int
     extras: dict      # Method.to_server
     wire_bytes: int   # what the update and the extras weighed
+    seconds: float = 0.0  # the ClientApp's own time for the round
 
 
 def parse_replies(r: int, replies, node_partition: dict) -> tuple[dict, list]:
@@ -150,7 +151,8 @@ def parse_replies(r: int, replies, node_partition: dict) -> tuple[dict, list]:
             update = msg.content["update"]
             extras = msg.content["method"].to_torch_state_dict() if "method" in msg.content else {}
             results[cid] = Returned(update.to_torch_state_dict(), m["examples"], m["loss"], m["steps"], extras,
-                                    update.count_bytes() + (msg_bytes(extras) if extras else 0))
+                                    update.count_bytes() + (msg_bytes(extras) if extras else 0),
+                                    m.get("seconds", 0.0))
     return results, failures
 
 
