@@ -14,24 +14,10 @@ import statistics
 import time
 
 import torch
+from model_cost import step_time  # (benchmarks/model_cost.py: one AdamW step, timed after a warm-up)
 
 import fedfrozen as ff
 from fedfrozen import setup
-
-
-def step_time(model, x, y, steps: int) -> float:
-    opt = torch.optim.AdamW(model.parameters(), 1e-3)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    for _ in range(2):  # warm-up
-        loss_fn(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-    t = time.perf_counter()
-    for _ in range(steps):
-        loss_fn(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-    return (time.perf_counter() - t) / steps
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ class Split:
     classes: list
     name: str
     owner: torch.Tensor | None = None  # each sample's natural client (partition "natural"), where the data has them
+    roles: list | None = None          # the natural clients' names, by owner (Shakespeare's "play/ROLE")
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
@@ -94,7 +95,8 @@ def subset(split: Split, n: int) -> Split:
     if len(keep) == len(split):
         return split
     keep = torch.from_numpy(keep)
-    return Split(split.x[keep], split.y[keep], split.classes, split.name)
+    owner = None if split.owner is None else split.owner[keep]
+    return Split(split.x[keep], split.y[keep], split.classes, split.name, owner, split.roles)
 
 
 # --- the embedded default: scikit-learn's 8x8 digits ------------------------------------
@@ -491,10 +493,9 @@ def shakespeare_splits(roles: dict, name: str = "shakespeare", min_chars: int = 
                 continue
             x, y = text_windows(text, index, window)
             parts[part].append((x, y, torch.full((len(y),), -1 if r in server else rank, dtype=torch.long)))
-    splits = [Split(torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps]), vocab, name,
-                    torch.cat([p[2] for p in ps])) for ps in (parts["train"], parts["test"])]
-    splits[0].roles = splits[1].roles = [r for r in kept if r not in server]  # the clients', by owner
-    return tuple(splits)
+    clients = [r for r in kept if r not in server]  # the clients' roles, by owner
+    return tuple(Split(torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps]), vocab, name,
+                       torch.cat([p[2] for p in ps]), clients) for ps in (parts["train"], parts["test"]))
 
 
 def _load_shakespeare(root: str, download: bool) -> tuple[Split, Split]:
