@@ -6,7 +6,8 @@ One local training step (batch 16: 80-character windows for `char_transformer`, 
 AdamW) and one evaluation pass over 1,000 samples, timed in turns on one thread so that machine noise hits both
 alike; prints the medians and their ratios to the ViT's, and what one round and one evaluation of a text run cost at
 a given size (clients a round x local steps; the evaluated windows: fedfrozen.setup.TEST_SAMPLE for test and
-validation, CLIENT_EVAL a client) — the numbers notebook 14's budget is chosen from.
+validation, CLIENT_EVAL a client, FINAL_SAMPLE at the last round) and what a whole run costs at a given number of
+rounds and evaluations — the numbers notebook 14's budget is chosen from.
 """
 
 import argparse
@@ -37,11 +38,16 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=10, help="clients a round")
     ap.add_argument("--local-steps", type=int, default=20)
     ap.add_argument("--n-clients", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--eval-window", type=int, default=10)
+    ap.add_argument("--depth", type=int, default=None, help="the text model's depth (default: char_transformer's)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # as the runs train: one thread each
     torch.manual_seed(0)
     vocab = 73  # the release's vocabulary (its training text's characters and the unknown symbol)
-    text = ff.qkv.split_qkv(ff.models.create("char_transformer", vocab))
+    kw = {} if args.depth is None else {"depth": args.depth}
+    text = ff.qkv.split_qkv(ff.models.create("char_transformer", vocab, **kw))
     vit = ff.qkv.split_qkv(ff.models.create("vit_fmnist_w48", 10))
     xt, yt = torch.randint(0, vocab, (16, 80)), torch.randint(0, vocab, (16,))
     xv, yv = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
@@ -60,9 +66,17 @@ def main() -> None:
           f"{e['text']:.2f} s ({e['text'] / e['vit']:.2f}x the ViT's {e['vit']:.2f} s for 1,000 images)")
     windows = 2 * setup.TEST_SAMPLE + setup.CLIENT_EVAL * args.n_clients
     train = args.clients * args.local_steps * s["text"]
+    evaluation = windows / 1000 * e["text"]
     print(f"a text round ({args.clients} clients x {args.local_steps} steps): {train:.1f} s of training; "
           f"an evaluation ({windows} windows: test and validation samples, {setup.CLIENT_EVAL} a client "
-          f"of {args.n_clients}): {windows / 1000 * e['text']:.1f} s")
+          f"of {args.n_clients}): {evaluation:.1f} s")
+    last = args.rounds - max(args.eval_window, 1)
+    evaluated = sum(1 for r in range(args.rounds) if (r + 1) % args.eval_every == 0 or r >= last)
+    final = setup.FINAL_SAMPLE / 1000 * e["text"]
+    total = args.rounds * train + evaluated * evaluation + final
+    print(f"a run of {args.rounds} rounds ({evaluated} evaluated, then {setup.FINAL_SAMPLE:,} test windows at the "
+          f"last): {total / 60:.1f} min on one thread ({args.rounds * train / 60:.1f} training, "
+          f"{evaluated * evaluation / 60:.1f} evaluating, {final / 60:.1f} the last round's sample)")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from .controls import arm_label
 from .profiles import REGIME_LR_GRID, dirichlet_fields, regime_learning_rates, regime_setup, select
 
 __all__ = ["MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "Arm", "model_fields", "selection_configs",
-           "selected_rates", "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
+           "selected_rates", "cells_by_rule", "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
 
 # the models of notebook 12 at the cpu profile (28×28, one channel) and at the smoke profile's digits (8×8)
 MODELS = {
@@ -142,6 +142,28 @@ def trains_stably(cfgs, hists, num_classes: int = 10) -> bool:
     validation accuracy (the rule by which the linear model keeps the identity feature map, else elu + 1)."""
     accs = [h.late("val_acc") for c, h in zip(cfgs, hists) if c.method == "fedavg" and not h.diverged]
     return any(a is not None and a >= 2 / num_classes for a in accs)
+
+
+def cells_by_rule(selection: dict, experiment: str, extra=None):
+    """Each cell's rates by the one rule: `selection` ({cell: its selection configs}) trained or loaded in one
+    `run_many`, then `selected_rates` per cell. Returns (rates {cell: {method: rate}}, a table of every selection
+    run: cell, method, lr, late validation and test accuracy (None where it diverged), and the columns
+    `extra(cfg, hist)` adds)."""
+    import pandas as pd
+
+    from .experiments import run_many
+
+    hists = run_many([c for cs in selection.values() for c in cs], experiment=experiment)
+    rates, rows, i = {}, [], 0
+    for cell, cs in selection.items():
+        hs = hists[i:i + len(cs)]
+        i += len(cs)
+        rates[cell] = selected_rates(cs, hs)
+        rows += [dict(cell=cell, method=c.method, lr=c.lr, late_val_acc=None if h.diverged else h.late("val_acc"),
+                      late_acc=None if h.diverged else h.late_accuracy, **(extra(c, h) if extra else {}))
+                 for c, h in zip(cs, hs)]
+    columns = ["cell", "method", "lr", "late_val_acc", "late_acc"]
+    return rates, pd.DataFrame(rows, columns=columns + [k for k in (rows[0] if rows else {}) if k not in columns])
 
 
 def rates_by_rule(profile: str, base: dict, names, grid=REGIME_LR_GRID, experiment: str | None = None):

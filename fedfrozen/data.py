@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Split", "load", "from_tensors", "register", "unregister", "names", "version", "write_fake_cifar",
-           "write_idx", "read_idx", "DATASETS",
+__all__ = ["Split", "load", "from_tensors", "register", "unregister", "names", "version", "source_version",
+           "write_fake_cifar", "write_idx", "read_idx", "DATASETS",
            "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations", "subset", "subset_indices",
            "SUBSET_SEED"]
 
@@ -377,6 +377,17 @@ def names() -> tuple:
 def version(name: str) -> str | None:
     """The version a registered dataset was given (None for a built-in)."""
     return _REGISTERED[name][1] if name in _REGISTERED else None
+
+
+def source_version(cfg) -> str | None:
+    """What identifies the data a run of `cfg` reads beyond its dataset's name, where that can vary: for
+    "shakespeare", None for the verified release and "texts-<digest>" for other texts under cfg.data_root
+    (shakespeare.source_version); None for every other dataset."""
+    if cfg.dataset != "shakespeare":
+        return None
+    from . import shakespeare
+
+    return shakespeare.source_version(cfg.data_root)
 
 
 def _load_registered(name: str) -> tuple[Split, Split]:

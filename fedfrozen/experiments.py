@@ -53,10 +53,13 @@ def config_key(cfg) -> str:
     keeps the old behaviour) does not invalidate the cache; a method's settings (method_args) enter
     by their flat names (`fedsteer_core`), as when they were Config fields. A method whose results a fix changed
     (Method.results_revision > 0) adds its revision, so its old Histories are not served; the keys
-    of every other method stay as they were. A dataset given to ff.data.register adds its version.
+    of every other method stay as they were. A dataset given to ff.data.register adds its version, and Shakespeare
+    texts other than the verified release (`data.source_version`: where data_root holds another text, e.g. the smoke
+    profile's small one) add their digest, so no run on one text is served for another.
     """
     from . import __version__
     from .config import Config, identity
+    from .data import source_version
     from .data import version as data_version
     from .methods import flat_names, results_revision, settings_class
 
@@ -74,6 +77,9 @@ def config_key(cfg) -> str:
         content["revision"] = revision
     if data_version(cfg.dataset) is not None:  # a registered dataset: its loader's version (ff.data.register)
         content["dataset_version"] = data_version(cfg.dataset)
+    source = source_version(cfg)
+    if source is not None:  # texts other than the Shakespeare release (e.g. the smoke profile's small text)
+        content["dataset_source"] = source
     payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 

@@ -14,7 +14,8 @@ Three pre-training tasks (`Config.pretrain_task`):
   (`data.SHAKESPEARE_PRETRAIN_PLAYS`, whose roles are never clients); the body is kept, the head is the run's own.
 
 The weights are made once per setting and cached like a run: `results/pretrained/<key>.pt`, where the key hashes
-the dataset, model, its arguments, the subset, the task, the epochs and `pretrain_seed` (the same seed gives
+the dataset (and, for texts other than the Shakespeare release, their digest: data.source_version), model, its
+arguments, the subset, the task, the epochs and `pretrain_seed` (the same seed gives
 bit-identical weights on the same machine and thread count), written atomically. Pre-training: AdamW, lr
 PRETRAIN_LR with a cosine schedule over its steps, batch PRETRAIN_BATCH, weight decay 0.05.
 """
@@ -82,6 +83,9 @@ def weights_key(cfg) -> str:
     content = dict(dataset=cfg.dataset, model=cfg.model, model_kwargs=cfg.model_kwargs, train_subset=cfg.train_subset,
                    task=cfg.pretrain_task, epochs=cfg.pretrain_epochs, seed=cfg.pretrain_seed, version=_VERSION,
                    package=__version__)
+    source = data.source_version(cfg)  # other Shakespeare texts than the release: their digest
+    if source is not None:
+        content["source"] = source
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .beyond import SELECTION_SEED, Arm, selected_rates
+from .beyond import SELECTION_SEED, Arm, cells_by_rule
 from .config import Config
 from .controls import arm_label
 from .profiles import CPU_LR_GRID, CPU_SGD_LR_GRID, SGD_AS_PUBLISHED, dirichlet_fields, learning_rates, select
@@ -90,22 +90,8 @@ def rates_by_rule(profile: str, base: dict, cells=("sgd", "p4"), experiment: str
     """Each cell's rates by the one rule (selected_rates on its selection_configs, trained or loaded). Returns
     (rates {cell: {method: rate}}, a table of every selection run: cell, method, lr, late validation accuracy, and
     for FedAvg the gain over the last 10% of the rounds, `plateau_gain`)."""
-    import pandas as pd
-
-    from .experiments import run_many
-
-    experiment = experiment or base["dataset"]
     sel = {c: selection_configs(profile, base, c) for c in cells}
-    hists = run_many([c for cs in sel.values() for c in cs], experiment=experiment)
-    rates, rows, i = {}, [], 0
-    for cell, cs in sel.items():
-        hs = hists[i:i + len(cs)]
-        i += len(cs)
-        rates[cell] = selected_rates(cs, hs)
-        rows += [dict(cell=cell, method=c.method, lr=c.lr, late_val_acc=None if h.diverged else h.late("val_acc"),
-                      late_acc=None if h.diverged else h.late_accuracy, gain_points=plateau_gain(h, c.rounds))
-                 for c, h in zip(cs, hs)]
-    return rates, pd.DataFrame(rows, columns=["cell", "method", "lr", "late_val_acc", "late_acc", "gain_points"])
+    return cells_by_rule(sel, experiment or base["dataset"], lambda c, h: dict(gain_points=plateau_gain(h, c.rounds)))
 
 
 def plateau_gain(hist, rounds: int) -> float | None:

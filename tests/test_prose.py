@@ -127,7 +127,7 @@ def holm_problems(text: str, sizes: set) -> list[str]:
 
 # each notebook's markdown may quote its own tables and the README's family; 04 and 06 also quote 03's rows they share
 CITES = {"03": ["03"], "04": ["04", "03"], "05": ["05"], "06": ["06", "03"], "09": ["09"], "10": ["10"], "11": ["11"],
-         "12": ["12"], "13": ["13"],
+         "12": ["12"], "13": ["13"], "14": ["14"],
          "02": ["02"]}
 
 

@@ -39,11 +39,16 @@ def test_the_natural_partition_takes_the_datasets_clients():
         ff.Config(dataset="digits", partition="natural")
 
 
+def _sample_run(root, **fields) -> ff.Config:
+    """A run on six roles of the small text written under `root` (shakespeare.write_sample)."""
+    S.write_sample(root)
+    return ff.Config(**{**dict(dataset="shakespeare", data_root=str(root), partition="natural", n_clients=6,
+                               clients_per_round=3, model="char_transformer_tiny", rounds=2, local_steps=2,
+                               eval_every=1, seed=0, device="cpu"), **fields})
+
+
 def test_a_run_on_shakespeare_roles_trains_from_the_texts_in_the_data_folder(tmp_path):
-    S.write_sample(tmp_path)
-    cfg = ff.Config(dataset="shakespeare", data_root=str(tmp_path), partition="natural", n_clients=6,
-                    clients_per_round=3, model="char_transformer_tiny", rounds=2, local_steps=2, eval_every=1,
-                    seed=0, device="cpu")
+    cfg = _sample_run(tmp_path)
     s = ff.loop.prepare(cfg)
     assert len(s.client_train) == 6 and all(len(c) for c in s.client_train)
     roles = data.load("shakespeare", str(tmp_path))[0].roles
@@ -72,3 +77,19 @@ def test_the_servers_plays_are_no_clients_and_are_what_a_pretrained_start_reads(
         ff.Config(dataset="shakespeare", partition="natural", init="pretrained")
     with pytest.raises(ValueError, match="pretrain_task 'plays' does not fit dataset 'fashion_mnist'"):
         ff.Config(dataset="fashion_mnist", init="pretrained", train_subset=100, pretrain_task="plays")
+
+
+def test_text_runs_evaluate_a_fixed_sample_and_a_larger_one_at_the_last_round(tmp_path):
+    from fedfrozen import setup
+
+    cfg = _sample_run(tmp_path, rounds=3, local_steps=1)
+    s = ff.loop.prepare(cfg)
+    test = data.load("shakespeare", str(tmp_path))[1]
+    federation = int(((test.owner >= 0) & (test.owner < 6)).sum())
+    assert len(s.test_y) == setup.TEST_SAMPLE < federation  # every evaluated round: the same fixed sample
+    assert len(s.test_final[1]) == min(setup.FINAL_SAMPLE, federation)
+    assert len(s.val_idx) <= setup.TEST_SAMPLE and all(len(e) <= setup.CLIENT_EVAL for e in s.client_eval)
+    assert (s.test_x == ff.loop.prepare(cfg.replace(seed=1)).test_x).all()  # seeded by the dataset, not the run
+    hist = ff.run(cfg, progress=False)
+    assert [r["test_acc_final"] is None for r in hist.rows] == [True, True, False]
+    assert 0 <= hist.rows[-1]["test_acc_final"] <= 1 and hist.rows[-1]["test_acc"] is not None

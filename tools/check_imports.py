@@ -40,6 +40,7 @@ LAYERS = [
     ("regime map", ["regime", "controls"]),
     ("past the paper", ["beyond"]),
     ("beyond one recipe", ["recipes"]),
+    ("a second modality", ["roles"]),
     ("verification", ["verification"]),
     ("command line", ["cli"]),
     ("entry point", ["__main__"]),

@@ -1,0 +1,121 @@
+"""Notebook 14's cells (fedfrozen.roles): the federation of Shakespeare's roles, what each arm runs and what it is
+paired with, C4's drift rows, and the text's identity in the cache keys."""
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+import fedfrozen as ff
+from fedfrozen import data, pretrain, roles
+from fedfrozen import shakespeare as S
+from fedfrozen.experiments import config_key
+
+RATES = {"scratch": {"fedavg": 3e-3, "fedfrozen": 3e-3}, "pretrained": {"fedavg": 3e-3, "fedfrozen": 1e-2}}
+
+
+def _cpu():
+    base = roles.fields("cpu", "data")
+    return base, roles.build("cpu", base, RATES, seeds_pair=range(15), seeds_rest=range(5))
+
+
+def _differ(a, b) -> set:
+    da, db = a.to_dict(), b.to_dict()
+    return {k for k in da.keys() | db.keys() if da.get(k) != db.get(k)}
+
+
+def test_the_federation_is_the_largest_roles_with_fixed_local_steps():
+    base, arms = _cpu()
+    assert base["dataset"] == "shakespeare" and base["partition"] == "natural"
+    assert all(a.cfg.n_clients == roles.N_CLIENTS and a.cfg.clients_per_round == roles.PER_ROUND for a in arms)
+    assert all(a.cfg.local_steps == roles.BUDGET["local_steps"] and a.cfg.local_epochs is None for a in arms)
+    assert all(a.cfg.rounds == roles.BUDGET["rounds"] and a.cfg.model == "char_transformer" for a in arms)
+    scratch = [a.cfg for a in arms if a.cell == "scratch"]
+    pre = [a.cfg for a in arms if a.cell == "pretrained"]
+    assert all(c.init == "random" for c in scratch)
+    assert all(c.init == "pretrained" and c.pretrain_task == "plays" and c.pretrain_seed == c.seed
+               and c.pretrain_epochs == roles.PRETRAIN_EPOCHS for c in pre)  # a body per seed
+
+
+def test_the_seeds_of_each_arm_and_both_rates_where_the_arms_chose_differently():
+    _, arms = _cpu()
+    seeds = {}
+    for a in arms:
+        seeds.setdefault((a.cell, a.arm), []).append(a.cfg.seed)
+    assert seeds[("scratch", "fedavg @ 0.003")] == list(range(15))
+    assert seeds[("scratch", "fedfrozen T0 25% @ 0.003")] == list(range(15))
+    assert seeds[("scratch", "fedfrozen T0 0% @ 0.003")] == list(range(5))
+    assert seeds[("scratch", "fedfrozen T0 25% @ 0.003 + V L2 0.01")] == list(range(5))
+    assert {arm for cell, arm in seeds if cell == "scratch"} == {
+        "fedavg @ 0.003", "fedfrozen T0 0% @ 0.003", "fedfrozen T0 25% @ 0.003", "fedfrozen T0 50% @ 0.003",
+        "fedfrozen T0 25% @ 0.003 + V L2 0.01"}
+    pre = {arm for cell, arm in seeds if cell == "pretrained"}
+    assert len(pre) == 10 and {"fedavg @ 0.003", "fedavg @ 0.01"} <= pre  # both rates, every arm
+
+
+def test_every_comparison_pairs_arms_that_differ_in_one_thing():
+    _, arms = _cpu()
+    by = {(a.cell, a.arm, a.cfg.seed): a.cfg for a in arms}
+    rows = roles.comparisons(arms)
+    assert [r[0] for r in rows].count("C1") == 3  # scratch at one rate, pretrained at two
+    assert [r[0] for r in rows].count("C3") == 3 and [r[0] for r in rows].count("C2") == 6
+    for claim, label, cell, a, b in rows:
+        pairs = [(by[(cell, a, s)], by[(cell, b, s)]) for (c, arm, s) in by if c == cell and arm == a]
+        assert pairs, label
+        for x, y in pairs:
+            expected = {"value_l2"} if claim == "C3" else {"method", "warmup_rounds"}
+            assert _differ(x, y) <= expected and _differ(x, y), label
+            assert x.lr == y.lr and x.seed == y.seed
+
+
+def test_the_rule_runs_on_a_seed_no_comparison_evaluates():
+    cfgs = roles.selection_configs("cpu", roles.fields("cpu", "data"), "pretrained")
+    assert {c.seed for c in cfgs} == {c.pretrain_seed for c in cfgs} == {roles.SELECTION_SEED}
+    assert sorted({c.lr for c in cfgs}) == list(roles.LR_GRID) and {c.method for c in cfgs} == {"fedavg", "fedfrozen"}
+    assert roles.SELECTION_SEED not in range(15)
+
+
+def test_bad_cells_and_missing_rates_are_refused_naming_them():
+    base = roles.fields("cpu", "data")
+    with pytest.raises(ValueError, match="init must be one of scratch, pretrained; got 'warm'"):
+        roles.cell_fields(base, "warm")
+    with pytest.raises(ValueError, match=r"rates has no selected rates for \['pretrained'\]"):
+        roles.build("cpu", base, {"scratch": RATES["scratch"]})
+    with pytest.raises(ValueError, match="inits must be among"):
+        roles.rates_by_rule("cpu", base, ["scratch", "warm"])
+
+
+def test_c4_rows_are_each_fedavg_runs_group_drift_over_the_rounds():
+    _, arms = _cpu()
+    frame = pd.DataFrame({"round": [0, 1], "drift_qk": [1.0, 3.0], "drift_v": [0.5, 0.5], "drift_attn_out": [2.0, 4.0]})
+    hist = SimpleNamespace(diverged=None, to_frame=lambda: frame)
+    table = roles.drift_table(arms, [hist] * len(arms))
+    fedavg = [a for a in arms if a.cfg.method == "fedavg"]
+    assert len(table) == 3 * len(fedavg) and set(table["group"]) == {"qk", "v", "attn_out"}
+    first = table[table["key"] == config_key(fedavg[0].cfg)].set_index("group")["drift"]
+    assert first.to_dict() == {"qk": 2.0, "v": 0.5, "attn_out": 3.0}
+
+
+def test_other_texts_than_the_release_never_share_a_key_or_pretrained_weights_with_it(tmp_path):
+    cfg = ff.Config(dataset="shakespeare", partition="natural", data_root=str(tmp_path / "none"), n_clients=6,
+                    model="char_transformer_tiny", init="pretrained", pretrain_task="plays")
+    assert data.source_version(cfg) is None  # nothing there: the release is what a run would fetch
+    S.write_sample(tmp_path / "a")
+    S.write_sample(tmp_path / "b")
+    sample_a, sample_b = (cfg.replace(data_root=str(tmp_path / x)) for x in "ab")
+    assert data.source_version(sample_a).startswith("texts-")
+    assert config_key(sample_a) == config_key(sample_b) != config_key(cfg)  # the text, not where it lies
+    assert pretrain.weights_key(sample_a) == pretrain.weights_key(sample_b) != pretrain.weights_key(cfg)
+    (tmp_path / "b" / S.TEXTS / f"{S.PLAYS[0]}_gut.txt").write_text("HAMLET.\nanother text\n")
+    assert config_key(sample_a.replace(data_root=str(tmp_path / "b"))) != config_key(sample_a)
+
+
+@pytest.mark.skipif(not (ff.io.project_root() / "data" / S.TARBALL).is_file(), reason="the release is not in data/")
+def test_the_release_unpacked_is_the_release(tmp_path):
+    import tarfile
+
+    tarball = ff.io.project_root() / "data" / S.TARBALL
+    assert S.texts_digest(tarball) == S.TEXTS_SHA256
+    with tarfile.open(tarball, "r:gz") as tar:
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(S.TEXTS)], filter="data")
+    assert S.source_version(tmp_path) is None and S.source_version(tarball.parent) is None
