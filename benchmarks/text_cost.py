@@ -1,6 +1,6 @@
 """What the Shakespeare federation's character Transformer costs beside the cpu profile's ViT, side by side.
 
-    python benchmarks/text_cost.py [--steps 20] [--repeats 3]
+    python benchmarks/text_cost.py [--steps 20] [--repeats 3] [--rounds 100 --local-steps 10 --depth 2]
 
 One local training step (batch 16: 80-character windows for `char_transformer`, 28x28 images for vit_fmnist_w48;
 AdamW) and one evaluation pass over 1,000 samples, timed in turns on one thread so that machine noise hits both
@@ -18,7 +18,7 @@ import torch
 from model_cost import step_time  # (benchmarks/model_cost.py: one AdamW step, timed after a warm-up)
 
 import fedfrozen as ff
-from fedfrozen import setup
+from fedfrozen import roles, setup
 
 
 @torch.no_grad()
@@ -35,10 +35,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--clients", type=int, default=10, help="clients a round")
-    ap.add_argument("--local-steps", type=int, default=20)
-    ap.add_argument("--n-clients", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--clients", type=int, default=roles.PER_ROUND, help="clients a round")
+    ap.add_argument("--local-steps", type=int, default=roles.BUDGET["local_steps"])
+    ap.add_argument("--n-clients", type=int, default=roles.N_CLIENTS)
+    ap.add_argument("--rounds", type=int, default=roles.BUDGET["rounds"])
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--eval-window", type=int, default=10)
     ap.add_argument("--depth", type=int, default=None, help="the text model's depth (default: char_transformer's)")

@@ -39,7 +39,7 @@ PROJECT_MODELS = {
 
 # name -> CharTransformer keyword arguments: next-character prediction over windows of `seq_len` characters
 TEXT_MODELS = {
-    "char_transformer": dict(embed_dim=64, depth=3, num_heads=4, seq_len=80, mlp_ratio=2.0),
+    "char_transformer": dict(embed_dim=64, depth=2, num_heads=4, seq_len=80, mlp_ratio=2.0),
     "char_transformer_tiny": dict(embed_dim=16, depth=1, num_heads=2, seq_len=80, mlp_ratio=2.0),
 }
 

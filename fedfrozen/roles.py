@@ -3,7 +3,7 @@
 Every other notebook trains on images. Here each speaking role of each play is a client (LEAF's Shakespeare,
 `fedfrozen.shakespeare`, `data.shakespeare_splits`): roles differ in length by orders of magnitude, in vocabulary and
 in style, a heterogeneity no Dirichlet draw made. A causal character Transformer (`char_transformer`: width 64,
-3 layers, 4 heads) reads 80 characters and predicts the next (accuracy as LEAF reports it, and the test loss).
+2 layers, 4 heads) reads 80 characters and predicts the next (accuracy as LEAF reports it, and the test loss).
 
 The federation (`fields`): the `N_CLIENTS` largest roles of the 31 plays that are not the server's, `PER_ROUND` of
 them a round, every client `BUDGET["local_steps"]` steps of 16 windows a round (roles are very unequal: an epoch would

@@ -44,7 +44,10 @@ IDLE_ROUND, IDLE_EPOCH = 0.114, 0.269  # seconds a round: evaluation and overhea
 # costs what the ViT does
 MODEL_COST = {"linear_vit": (0.88, 0.86), "swin_tiny_patch4_window7_224": (1.43, 2.92),
               "cait_xxs24_224": (1.33, 1.40),
-              "vit_fmnist_p4": (1.98, 4.58)}  # notebook 13's 49 tokens (measured with two runs and tests beside it)
+              "vit_fmnist_p4": (1.98, 4.58),  # notebook 13's 49 tokens (measured with two runs and tests beside it)
+              # notebook 14's text model (benchmarks/text_cost.py: a step 2.22x, a window evaluated 6.24x an image;
+              # a text evaluation reads 6,000 windows where the ViT's reads ~12,000 images: 3.1x an evaluation)
+              "char_transformer": (2.22, 3.1)}
 
 
 def idle_seconds(experiment: str, key: str) -> float:
