@@ -7,7 +7,7 @@ its process start: `fedfrozen run` (a subprocess, as a user would start it); `fl
 simulation federation with a cold SuperLink (started by the run, stopped after it); and a second `flwr run`
 against the SuperLink the first left running. Prints the three times, the ratios to the loop, the largest
 per-round test-accuracy difference between the Flower run and the loop, and where the warm Flower run's time goes:
-its rounds as the server timed them (fedfrozen.round.play: the instructions out, the nodes' training, the replies
+its rounds as the server timed them (fedfrozen.engine.round.play: the instructions out, the nodes' training, the replies
 in; the loop's rounds beside them) and the rest (Flower's start-up and teardown, the apps' imports and data).
 """
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 import fedfrozen as ff
 from fedfrozen import local, loop
-from fedfrozen.rng import seed_for
+from fedfrozen.base.rng import seed_for
 
 p = argparse.ArgumentParser()
 p.add_argument("--rounds", type=int, default=4)

@@ -5,7 +5,7 @@
 One local training step (batch 16: 80-character windows for `char_transformer`, 28x28 images for vit_fmnist_w48;
 AdamW) and one evaluation pass over 1,000 samples, timed in turns on one thread so that machine noise hits both
 alike; prints the medians and their ratios to the ViT's, and what one round and one evaluation of a text run cost at
-a given size (clients a round x local steps; the evaluated windows: fedfrozen.setup.TEST_SAMPLE for test and
+a given size (clients a round x local steps; the evaluated windows: fedfrozen.engine.setup.TEST_SAMPLE for test and
 validation, CLIENT_EVAL a client, FINAL_SAMPLE at the last round) and what a whole run costs at a given number of
 rounds and evaluations — the numbers notebook 14's budget is chosen from.
 """

@@ -4,7 +4,7 @@
 
 Times only the optimiser's step (the gradient is fixed, no forward or backward pass) on the model's parameters:
 1. torch.optim.AdamW (foreach) over the trainable parameter tensors, the reference;
-2. fedfrozen.update.FlatOptimizer with the run's plain rule (AdamW, decoupled decay) over the same entries;
+2. fedfrozen.nets.update.FlatOptimizer with the run's plain rule (AdamW, decoupled decay) over the same entries;
 3. the same with a client's mask and the clip (transforms 1 and 2 of the composed rule);
 4. FedLADA's transform (Adam with coupled decay) and FedAdamW's (lr scale and the pull after each step).
 Each in stage 1 (everything trains) and stage 2 (Q/K frozen: the optimiser holds no state for them). Turns alternate
@@ -19,8 +19,8 @@ import time
 import torch
 
 import fedfrozen as ff
-from fedfrozen.flat import FlatParams
-from fedfrozen.update import FlatOptimizer, UpdateRule
+from fedfrozen.nets.flat import FlatParams
+from fedfrozen.nets.update import FlatOptimizer, UpdateRule
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=300)

@@ -2,7 +2,7 @@
 and `fedfrozen reproduce` (the notebooks).
 
 `fedfrozen run` has one flag per Config field (documented from the field's comment in
-fedfrozen/config.py), one per method setting (`--fedsteer-core`, generated from the method's settings
+fedfrozen/engine/config.py), one per method setting (`--fedsteer-core`, generated from the method's settings
 dataclass, grouped by method in --help), plus `--config FILE` (JSON or YAML) and `--out DIR`. Rerunning an
 interrupted `fedfrozen run` continues from its last checkpoint (kept every
 `--checkpoint-seconds`, default 60) and gives the History of an uninterrupted run.
@@ -21,9 +21,9 @@ import warnings
 from pathlib import Path
 
 from . import methods
-from .config import Config, field_type, settings
-from .io import KERNEL_ARGS, THREADS_ENV, notebooks, project_root
-from .profiles import PROFILES
+from .base.io import KERNEL_ARGS, THREADS_ENV, notebooks, project_root
+from .engine.config import Config, field_type, settings
+from .studies.profiles import PROFILES
 
 
 def _parse_json(text: str):
@@ -192,7 +192,7 @@ def _threads(value: str) -> int:
 
 
 def cmd_run(args) -> int:
-    from .experiments import config_key, run_or_load
+    from .runs.experiments import config_key, run_or_load
 
     cfg = config_from_args(args)
     t0 = time.perf_counter()
@@ -230,7 +230,7 @@ def cmd_reproduce(args) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["FEDFROZEN_PROFILE"] = args.profile
     if args.ray:
-        from .cluster import ADDRESS_ENV, check_address
+        from .runs.cluster import ADDRESS_ENV, check_address
 
         check_address(args.ray)  # one clear line now, not one per notebook
         os.environ[ADDRESS_ENV] = args.ray
@@ -259,7 +259,7 @@ def cmd_reproduce(args) -> int:
 
 
 def cmd_dry_run(args) -> int:
-    from .dryrun import HEADER, dry_run, format_table
+    from .runs.dryrun import HEADER, dry_run, format_table
 
     print(HEADER, flush=True)
     rows = dry_run(args.profile, tiny=args.tiny, rounds=args.rounds, only=args.only, kernel=args.kernel, keep=args.keep,
@@ -270,8 +270,8 @@ def cmd_dry_run(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .io import follow_threads
-    from .verification import DEFAULT_RUNS, format_report, plan, verify
+    from .base.io import follow_threads
+    from .studies.verification import DEFAULT_RUNS, format_report, plan, verify
 
     follow_threads()  # one thread unless --threads/FEDFROZEN_THREADS: the runs' floats depend on the count
     runs = args.runs if args.runs is not None else DEFAULT_RUNS
@@ -286,8 +286,8 @@ def cmd_verify(args) -> int:
 
 
 def cmd_select_lr(args) -> int:
-    from .profiles import PAPER_LR_GRID, paper_lr_file
-    from .selection import select_learning_rates
+    from .studies.profiles import PAPER_LR_GRID, paper_lr_file
+    from .studies.selection import select_learning_rates
 
     overrides = _load_config_file(args.config) if args.config else None
     result = select_learning_rates(args.methods or methods.names(), dataset=args.dataset,

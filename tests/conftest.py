@@ -51,7 +51,7 @@ def _threads_as_they_were(monkeypatch):
     """`fedfrozen.cli.main` sets FEDFROZEN_THREADS (and runs then set torch's threads): undone after each test."""
     import torch
 
-    from fedfrozen.io import THREADS_ENV
+    from fedfrozen.base.io import THREADS_ENV
 
     monkeypatch.setenv(THREADS_ENV, "")  # teardown restores the variable as it was before the test
     before = torch.get_num_threads()

@@ -1,4 +1,5 @@
-"""The simulator past linear attention (fedfrozen.attention_sim): its linear one-head case is the paper's model."""
+"""The simulator past linear attention (fedfrozen.theory.attention_sim): its linear one-head case is the paper's
+model."""
 
 import pytest
 import torch

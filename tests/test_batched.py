@@ -1,4 +1,4 @@
-"""The batched engine (fedfrozen.batched) trains exactly what the sequential engine trains."""
+"""The batched engine (fedfrozen.engine.batched) trains exactly what the sequential engine trains."""
 
 import warnings
 from types import SimpleNamespace

@@ -1,4 +1,5 @@
-"""Notebook 12's cells (fedfrozen.beyond): paired arms differ in one thing, the rule's seed is never evaluated."""
+"""Notebook 12's cells (fedfrozen.studies.beyond): paired arms differ in one thing, the rule's seed is never
+evaluated."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import torch
 
 import fedfrozen as ff
 from fedfrozen import beyond, partition
-from fedfrozen.experiments import config_key
+from fedfrozen.runs.experiments import config_key
 
 RATES = {m: {"fedavg": 1e-3, "fedfrozen": 3e-3} for m in ("linear", "swin", "cait")}
 

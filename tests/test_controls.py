@@ -1,4 +1,5 @@
-"""The controlled cells of notebook 03 § 3 (fedfrozen.controls): in each comparison the two arms differ in one thing.
+"""The controlled cells of notebook 03 § 3 (fedfrozen.studies.controls): in each comparison the two arms differ in one
+thing.
 
 The claims rest on paired comparisons; a pair that differs in its rate or its pretrained body as well as in the
 method says nothing about the method alone. These tests read the Configs each cell builds (no training) and check
@@ -11,7 +12,7 @@ import pytest
 
 import fedfrozen as ff
 from fedfrozen import controls
-from fedfrozen.pretrain import weights_key
+from fedfrozen.engine.pretrain import weights_key
 
 BASE = ff.profiles.federated("cpu", rounds=120, warmup_rounds=30)
 ARMS = controls.build("cpu", BASE, seeds=range(15), few=range(5))

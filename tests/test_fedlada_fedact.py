@@ -5,9 +5,9 @@ import torch
 from conftest import resumed, tiny_config
 
 import fedfrozen as ff
-from fedfrozen.flat import FlatParams
 from fedfrozen.methods import fedlada
-from fedfrozen.update import FlatOptimizer, UpdateRule
+from fedfrozen.nets.flat import FlatParams
+from fedfrozen.nets.update import FlatOptimizer, UpdateRule
 
 BASE = dict(n_clients=4, rounds=3, lr=1e-2)
 

@@ -9,8 +9,8 @@ from torch import nn
 
 import fedfrozen as ff
 from fedfrozen import loop
-from fedfrozen.flat import FlatParams
 from fedfrozen.methods.fedtlu import layer_of_parameters
+from fedfrozen.nets.flat import FlatParams
 
 N_LAYERS = 4  # tiny_config: embedding, 2 blocks, head
 

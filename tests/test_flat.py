@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import fedfrozen as ff
-from fedfrozen.flat import FlatParams, merged_slices
+from fedfrozen.nets.flat import FlatParams, merged_slices
 
 
 def _model():
@@ -38,7 +38,7 @@ def test_merged_slices_join_adjacent_groups():
 
 
 def test_mask_slices_are_the_kept_entries_in_order():
-    from fedfrozen.update import mask_slices
+    from fedfrozen.nets.update import mask_slices
 
     flat = FlatParams(_model())
     for trainable in ([g for g in ff.qkv.GROUPS if g != "qk"], ["qk", "mlp"], ["v"], list(ff.qkv.GROUPS)):

@@ -1,5 +1,5 @@
 """The stage's freeze is the round's: whatever a method's server step does, the entries the stage freezes come out of
-the round as they went in (fedfrozen.round.Round.close), and no method multiplies by the stage mask itself."""
+the round as they went in (fedfrozen.engine.server.Round.close), and no method multiplies by the stage mask itself."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import torch
 
 import fedfrozen as ff
 from fedfrozen import loop, methods
+from fedfrozen.engine.clients import LocalTraining
+from fedfrozen.engine.round import play
 from fedfrozen.methods import fedopt
-from fedfrozen.round import LocalTraining, play
 
 ROOT = Path(__file__).resolve().parents[1]
 

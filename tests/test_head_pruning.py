@@ -7,8 +7,8 @@ from torch import nn
 
 import fedfrozen as ff
 from fedfrozen import loop
-from fedfrozen.flat import FlatParams
 from fedfrozen.methods.head_pruning import HeadPruning, head_index
+from fedfrozen.nets.flat import FlatParams
 
 
 def test_sparsity_zero_with_uniform_confidence_is_fedavg(setups):

@@ -1,7 +1,8 @@
 """One hook order: every registered method's hooks, recorded under fedfrozen.run and under the Flower apps, are
 called in the same order, on the same half (issue: a method in two halves that talk in records).
 
-The Flower side runs the real ServerApp path (`fedfrozen.flower.server.run_server`: fedfrozen.round.play on the Grid,
+The Flower side runs the real ServerApp path (`fedfrozen.flower.server.run_server`: fedfrozen.engine.round.play on the
+Grid,
 its records) and the real ClientApp function (`fedfrozen.flower.client.train`) on a Grid whose nodes are called in
 this process, so every method takes a second here (tests/test_flower.py runs the same apps on a Flower simulation,
 and slower).

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import fedfrozen as ff
-from fedfrozen.layouts import Layout, Refused, class_path, lookup
+from fedfrozen.nets.layouts import Layout, Refused, class_path, lookup
 
 SIZE_TOKENS = ("test", "atto", "femto", "pico", "nano", "xxtiny", "xxs", "xtiny", "xs", "tiny", "t8", "s0", "b0",
                "m0", "small", "s12", "s18", "mini")
@@ -160,7 +160,7 @@ def _check(name, n_params):
     model, x = _build(name)
     entries = {class_path(type(m)): lookup(m) for _, m in model.named_modules() if ff.qkv._is_attention(m)}
     unknown = [c for c, e in entries.items() if e is None]
-    assert not unknown, f"{name}: attention classes with no entry in fedfrozen.layouts: {unknown}"
+    assert not unknown, f"{name}: attention classes with no entry in fedfrozen.nets.layouts: {unknown}"
     refused = [c for c, e in entries.items() if isinstance(e, Refused)]
     if refused:
         with pytest.raises(TypeError, match="refused by the QK/V splitter"):

@@ -75,7 +75,7 @@ def test_fake_cifar_is_read_like_the_real_one_and_is_learnable(tmp_path):
 
 
 def test_lr_warmup_then_cosine():
-    from fedfrozen.loop import lr_at as _lr_at
+    from fedfrozen.engine.loop import lr_at as _lr_at
 
     cfg = tiny_config(rounds=10, lr=1.0, lr_schedule="cosine", lr_warmup_rounds=3)
     lrs = [_lr_at(cfg, r) for r in range(10)]
@@ -113,7 +113,7 @@ def test_dry_run_shortens_each_run_and_logs_its_cost(tmp_path, monkeypatch):
 
 
 def test_dry_run_executes_every_paper_config_of_every_notebook():
-    from fedfrozen.dryrun import dry_run
+    from fedfrozen.runs.dryrun import dry_run
 
     # 08 trains through Flower's runtime, not through run_or_load, and keeps digits at every profile: nbval runs it
     # (smoke) and tests/test_flower.py its launches; leaving it out here saves CI a Flower start (~40 s)
@@ -130,7 +130,7 @@ def test_dry_run_executes_every_paper_config_of_every_notebook():
 
 
 def test_dry_run_refuses_bad_workers_before_any_work():
-    from fedfrozen.dryrun import dry_run
+    from fedfrozen.runs.dryrun import dry_run
 
     with pytest.raises(ValueError, match="paper profile .or the cpu one"):
         dry_run("smoke", tiny=True)

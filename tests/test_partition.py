@@ -149,7 +149,7 @@ def test_balance_is_a_rule_of_the_dirichlet_partition():
 
 def test_config_dirichlet_balance_default_keeps_keys_and_refuses_other_partitions():
     import fedfrozen as ff
-    from fedfrozen.experiments import config_key
+    from fedfrozen.runs.experiments import config_key
 
     base = ff.Config(partition="dirichlet", alpha=0.1)
     assert config_key(base) == config_key(base.replace(dirichlet_balance=True))  # the default: cached runs stay

@@ -25,7 +25,7 @@ def test_only_the_committed_profile_writes_figures(tmp_path, monkeypatch):
 
 
 def test_select_profile_names_a_typo():
-    from fedfrozen.profiles import select
+    from fedfrozen.studies.profiles import select
 
     assert select("cpu", smoke=1, cpu=2) == 2
     with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
@@ -51,7 +51,7 @@ def test_tables_are_written_at_a_fixed_precision(tmp_path, monkeypatch):
 
 
 def test_progress_bar_can_be_silenced(monkeypatch):
-    from fedfrozen.progress import progress_bar
+    from fedfrozen.base.progress import progress_bar
 
     items = [1, 2]
     assert progress_bar(items, enabled=False) is items
@@ -65,7 +65,7 @@ def test_progress_bar_can_be_silenced(monkeypatch):
 def test_best_by_min_and_max():
     import pandas as pd
 
-    from fedfrozen.plots import best_by
+    from fedfrozen.studies.plots import best_by
 
     df = pd.DataFrame({"a": [1, 1, 1, 1, 2, 2], "x": [0, 1, 0, 1, 0, 1], "y": [3.0, 2.0, 5.0, 2.0, 1.0, 4.0]})
     assert best_by(df, "x", "y", "a") == {1: 1, 2: 0}            # mean y at a=1: x0 4.0, x1 2.0

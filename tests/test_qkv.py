@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import fedfrozen as ff
-from fedfrozen.qkv import SplitMultiheadAttention, SplitQKV
+from fedfrozen.nets.qkv import SplitMultiheadAttention, SplitQKV
 
 
 class Encoder(nn.Module):
@@ -302,7 +302,7 @@ def test_an_attention_class_the_table_does_not_know_is_refused_by_name():
             return self.proj(v.flatten(-2)[..., :8])
 
     model = nn.Sequential(MyAttention())
-    with pytest.raises(TypeError, match=r"MyAttention \(at 0\).*no layout.*fedfrozen.layouts.register"):
+    with pytest.raises(TypeError, match=r"MyAttention \(at 0\).*no layout.*fedfrozen.nets.layouts.register"):
         ff.qkv.split_qkv(model)
     with pytest.raises(TypeError, match="MyAttention"):
         ff.qkv.param_groups(model)
@@ -351,7 +351,7 @@ def test_attention_with_projections_of_other_names_is_named_never_called_no_atte
 
     model = nn.Sequential(nn.Linear(8, 8), GroupAttention())
     with pytest.raises(TypeError, match=r"has attention the QK/V splitter cannot split: .*GroupAttention \(at 1\)"
-                                        r".*fedfrozen.layouts.register"):
+                                        r".*fedfrozen.nets.layouts.register"):
         ff.qkv.split_qkv(model)
 
 

@@ -1,4 +1,4 @@
-"""Notebook 13's cells (fedfrozen.recipes): what each arm runs, what it is paired with, and the plateau test."""
+"""Notebook 13's cells (fedfrozen.studies.recipes): what each arm runs, what it is paired with, and the plateau test."""
 
 import json
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 
 import fedfrozen as ff
 from fedfrozen import recipes
-from fedfrozen.experiments import config_key
+from fedfrozen.runs.experiments import config_key
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES = {"sgd": {"fedavg": 0.3, "fedfrozen": 0.1}, "p4": {"fedavg": 3e-3, "fedfrozen": 3e-3}}

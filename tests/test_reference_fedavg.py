@@ -73,8 +73,8 @@ def test_a_plain_torch_round_gives_fedfrozens_fedavg_weights():
 
     import fedfrozen as ff
     from fedfrozen import loop, methods
-    from fedfrozen.rng import seed_for
-    from fedfrozen.round import LocalTraining
+    from fedfrozen.base.rng import seed_for
+    from fedfrozen.engine.clients import LocalTraining
 
     cfg = ff.Config(dataset="digits", model="vit_digits", model_kwargs=dict(embed_dim=16, depth=2, num_heads=2),
                     n_clients=6, clients_per_round=3, rounds=2, partition="dirichlet", alpha=0.5, lr=3e-3,

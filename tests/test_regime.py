@@ -1,4 +1,4 @@
-"""The regime map (fedfrozen.regime): its grids, its runs, and the verdict of each cell."""
+"""The regime map (fedfrozen.studies.regime): its grids, its runs, and the verdict of each cell."""
 
 import matplotlib
 
@@ -206,7 +206,7 @@ def test_each_cell_takes_the_rates_selected_for_its_regime():
 
 def test_the_map_and_notebooks_03_04_build_the_same_runs():
     """A regime cell of the map is the very config of notebooks 03-04's sections 2 (same cache key: no retraining)."""
-    from fedfrozen.experiments import config_key
+    from fedfrozen.runs.experiments import config_key
 
     base = ff.profiles.federated("cpu")
     runs = regime.build_runs(regime.grid("regimes"), base, seeds=[3], lrs=regime.selected_lrs("cpu"))

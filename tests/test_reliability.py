@@ -16,7 +16,7 @@ from conftest import TINY, tiny_config
 
 import fedfrozen as ff
 from fedfrozen import cli, experiments, io
-from fedfrozen.config import field_type, settings
+from fedfrozen.engine.config import field_type, settings
 
 # --- validation: generated from the field list, so a new field is covered without a new test ------------
 
@@ -53,7 +53,7 @@ def test_every_field_is_declared_with_its_help_and_its_check():
     """Config's fields and the components' settings are declared once (methods/settings.setting): a help text (the
     CLI's --help) and, beyond the type, a range for every number and choices for every string but the free-text
     ones."""
-    from fedfrozen.config import FREE_TEXT
+    from fedfrozen.engine.config import FREE_TEXT
 
     for name, meta, _ in settings():
         base, elem, _ = field_type(name)
@@ -98,7 +98,7 @@ def test_a_config_changed_behind_its_back_is_checked_again_before_any_work(monke
 
 def _other_values(name, default, meta):
     """Values of setting `name` other than its default, to try in turn (the first valid one is used)."""
-    from fedfrozen.config import field_type
+    from fedfrozen.engine.config import field_type
 
     base, elem, optional = field_type(name)
     choices = meta.get("choices")
@@ -140,7 +140,7 @@ ALONG = {"clients_per_round": {"n_clients": 20}, "classes_per_client": {"partiti
 def test_two_configs_that_run_differently_never_share_a_key():
     """Every setting, fields and components alike: a Config that differs from the default in it alone (or with what it
     needs beside it) has another cache key; only where the data is found (WHERE_FIELDS) leaves the key as it is."""
-    from fedfrozen.config import WHERE_FIELDS, settings
+    from fedfrozen.engine.config import WHERE_FIELDS, settings
 
     key = experiments.config_key
     untried = []
@@ -350,7 +350,7 @@ def test_two_processes_with_one_config_train_it_once(tmp_path):
 _WRITES = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from fedfrozen.io import atomic_dir
+    from fedfrozen.base.io import atomic_dir
     for i in range(300):
         atomic_dir(Path({folder!r}), lambda tmp: (tmp / "history.json").write_text("x" * 1000 + str(i)))
 """)

@@ -1,4 +1,4 @@
-"""Seeds by name: one tag per kind of random choice (fedfrozen.rng.PURPOSES)."""
+"""Seeds by name: one tag per kind of random choice (fedfrozen.base.rng.PURPOSES)."""
 
 import ast
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Notebook 14's cells (fedfrozen.roles): the federation of Shakespeare's roles, what each arm runs and what it is
+"""Notebook 14's cells (fedfrozen.studies.roles): the federation of Shakespeare's roles, what each arm runs and what
+it is
 paired with, C4's drift rows, and the text's identity in the cache keys."""
 
 from types import SimpleNamespace
@@ -9,7 +10,7 @@ import pytest
 import fedfrozen as ff
 from fedfrozen import data, pretrain, roles
 from fedfrozen import shakespeare as S
-from fedfrozen.experiments import config_key
+from fedfrozen.runs.experiments import config_key
 
 RATES = {"scratch": {"fedavg": 3e-3, "fedfrozen": 3e-3}, "pretrained": {"fedavg": 3e-3, "fedfrozen": 1e-2}}
 

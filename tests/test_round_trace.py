@@ -10,7 +10,7 @@ from conftest import tiny_config
 import fedfrozen as ff
 
 # the modules that direct a round: every call from one fedfrozen module into another starts in one of these
-DIRECTORS = ("fedfrozen.loop", "fedfrozen.round", "fedfrozen.local", "fedfrozen.methods.base")
+DIRECTORS = ("fedfrozen.engine.loop", "fedfrozen.engine.round", "fedfrozen.engine.local", "fedfrozen.methods.base")
 ENGINES_DOC = Path(__file__).resolve().parents[1] / "docs" / "engines.md"
 
 
@@ -51,8 +51,8 @@ def test_one_fedfrozen_round_is_directed_by_four_modules(r):
     directors = {caller for caller, _ in calls}
     assert directors <= set(DIRECTORS) and len(directors) <= 4, sorted(directors)
     # the round's path: loop -> round (open, instructions, replies, receive, finish) -> local steps and hooks
-    assert {("fedfrozen.loop", "fedfrozen.round"), ("fedfrozen.round", "fedfrozen.local"),
-            ("fedfrozen.round", "fedfrozen.methods.base")} <= calls
+    assert {("fedfrozen.engine.loop", "fedfrozen.engine.round"), ("fedfrozen.engine.round", "fedfrozen.engine.local"),
+            ("fedfrozen.engine.round", "fedfrozen.methods.base")} <= calls
     assert "fedfrozen.methods.freezing" in ran  # FedFrozen's own schedule answered (the trace is of a real round)
     # every module the round runs is named in docs/engines.md, the directors and the rest
     doc = ENGINES_DOC.read_text()

@@ -207,8 +207,8 @@ COMPONENT_HOMES = {"prox_mu": "fedfrozen.methods.objective", "feddyn_alpha": "fe
                    "scaffold_variant": "fedfrozen.methods.scaffold", "server_lr": "fedfrozen.methods.fedopt",
                    "server_tau": "fedfrozen.methods.fedopt", "freeze_tau": "fedfrozen.methods.freezing",
                    "freeze_patience": "fedfrozen.methods.freezing", "value_l2": "fedfrozen.methods.base",
-                   "participation_skew": "fedfrozen.methods.base", "pretrain_epochs": "fedfrozen.pretrain",
-                   "engine_chunk": "fedfrozen.batched"}
+                   "participation_skew": "fedfrozen.methods.base", "pretrain_epochs": "fedfrozen.engine.pretrain",
+                   "engine_chunk": "fedfrozen.engine.batched"}
 
 
 def test_component_settings_live_beside_their_components_and_config_stays_small():
@@ -252,7 +252,7 @@ def test_a_component_setting_is_a_keyword_an_attribute_and_only_stored_when_chan
 def test_a_stored_config_with_component_settings_as_fields_loads_with_its_key():
     """config.json of a run cached when the component settings were Config fields: read into components, the same
     cache key (a non-default value enters the key by its flat name, as it did)."""
-    from fedfrozen.experiments import config_key
+    from fedfrozen.runs.experiments import config_key
 
     new = ff.Config(method="fedfrozen_plateau", freeze_tau=0.05, pretrain_epochs=2, init="pretrained",
                     train_subset=1000)

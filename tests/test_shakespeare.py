@@ -1,4 +1,4 @@
-"""The Shakespeare federation's data (fedfrozen.shakespeare): found, verified, parsed into roles."""
+"""The Shakespeare federation's data (fedfrozen.inputs.shakespeare): found, verified, parsed into roles."""
 
 import io
 import tarfile

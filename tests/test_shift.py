@@ -1,4 +1,5 @@
-"""Feature shift (fedfrozen.shift, Config.shift / shift_groups): clients in groups that see their images transformed."""
+"""Feature shift (fedfrozen.inputs.shift, Config.shift / shift_groups): clients in groups that see their images
+transformed."""
 
 import pytest
 import torch

@@ -253,7 +253,7 @@ def test_the_per_seed_table_reproduces_the_verdict_table():
 
 
 def test_oscillation_is_zero_for_a_trend_and_the_amplitude_of_a_swing():
-    from fedfrozen.history import oscillation
+    from fedfrozen.base.history import oscillation
 
     line = [0.5 + 0.01 * t for t in range(10)]
     bend = [0.8 - 0.05 * math.exp(-t / 5) for t in range(10)]  # a late window still settling by 4 points
@@ -265,7 +265,7 @@ def test_oscillation_is_zero_for_a_trend_and_the_amplitude_of_a_swing():
 
 
 def test_the_adjusted_interval_excludes_0_exactly_when_holm_resolves():
-    from fedfrozen.tables import adjust, adjusted_half_width
+    from fedfrozen.studies.tables import adjust, adjusted_half_width
 
     table = pd.DataFrame({"d": [0.02, 0.01, -0.03, 0.004, 0.0], "half_width": [0.01, 0.009, 0.02, 0.01, 0.0],
                           "n": [5, 5, 15, 3, 5]})
@@ -281,7 +281,7 @@ def test_the_adjusted_interval_excludes_0_exactly_when_holm_resolves():
 
 
 def test_format_verdicts_says_when_both_arms_give_the_same_values():
-    from fedfrozen.tables import adjust, format_verdicts
+    from fedfrozen.studies.tables import adjust, format_verdicts
 
     row = dict(claim="C1", comparison="a − b", measure="late_acc", d=0.0, half_width=0.0, n=3,
                verdict="no difference resolved")
@@ -290,7 +290,7 @@ def test_format_verdicts_says_when_both_arms_give_the_same_values():
 
 
 def test_arm_rows_selects_by_labels():
-    from fedfrozen.tables import arm_rows
+    from fedfrozen.studies.tables import arm_rows
 
     runs = pd.DataFrame({"regime": ["a", "a", "b"], "alpha": [0.1, 0.5, 0.1], "key": ["k1", "k2", "k3"]})
     assert list(arm_rows(runs, ["regime", "alpha"], ["a", 0.1])["key"]) == ["k1"]
@@ -300,7 +300,7 @@ def test_arm_rows_selects_by_labels():
 def test_the_spread_test_is_pitman_morgan():
     from scipy.stats import pearsonr
 
-    from fedfrozen.tables import compare_spread
+    from fedfrozen.studies.tables import compare_spread
 
     rng = np.random.default_rng(0)
     shared = rng.normal(0.7, 0.005, 15)  # the seed's own level, common to both arms
@@ -321,7 +321,7 @@ def test_the_spread_test_is_pitman_morgan():
 def test_format_verdicts_prints_each_row_at_its_own_scale():
     """Oscillation under a cosine rate (~1e-4) gets the decimals its half-width needs; accuracy keeps three: no row
     reads "d = -0.000 ± 0.000 ... detects 0.000" as if it detected nothing (03's committed oscillation rows)."""
-    from fedfrozen.tables import decimals, format_verdicts
+    from fedfrozen.studies.tables import decimals, format_verdicts
 
     assert [decimals(h) for h in (0.013, 0.002, 0.0006, 0.00004, 0.0, math.inf)] == [3, 3, 4, 5, 3, 3]
     table = pd.read_csv(Path(__file__).resolve().parents[1] / "figures" / "03_verdicts.csv", index_col=0)

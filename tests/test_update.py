@@ -1,4 +1,5 @@
-"""The local update rule (fedfrozen.update): one composed rule, the only place where frozen and client masks apply."""
+"""The local update rule (fedfrozen.nets.update): one composed rule, the only place where frozen and client masks
+apply."""
 
 import copy
 import dataclasses
@@ -11,8 +12,8 @@ from conftest import tiny_config
 
 import fedfrozen as ff
 from fedfrozen import batched, local, loop
-from fedfrozen.flat import FlatParams, merged_slices
-from fedfrozen.update import FlatOptimizer, UpdateRule, clip_by_norm
+from fedfrozen.nets.flat import FlatParams, merged_slices
+from fedfrozen.nets.update import FlatOptimizer, UpdateRule, clip_by_norm
 
 
 def _model():

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import fedfrozen as ff
-from fedfrozen.verification import agrees
+from fedfrozen.studies.verification import agrees
 
 TINY = dict(dataset="digits", model="vit_digits", model_kwargs=dict(embed_dim=16, depth=2, num_heads=2), n_clients=4,
             clients_per_round=2, rounds=3, local_steps=2, batch_size=16, partition="dirichlet", alpha=0.5,

@@ -5,7 +5,7 @@
 
 Each notebook is executed (nbclient, like tools/refresh_outputs.py; its outputs are not written back) with
 FEDFROZEN_RUN_LOG set, so that every run it loads or trains is logged with its training time: the sum of its
-rounds' seconds, measured when it was trained (fedfrozen.io.log_run). A run counts for the first notebook, in
+rounds' seconds, measured when it was trained (fedfrozen.base.io.log_run). A run counts for the first notebook, in
 order, that uses it (later notebooks reuse it through the cache). From an empty cache a notebook trains its new runs
 `workers` at a time (fedfrozen.run_many: one per core), so its time is the sum of their seconds over the workers,
 plus its execution from the cache (measured here) and the pre-training of any pretrained start (not counted: a
@@ -30,8 +30,8 @@ from pathlib import Path
 import nbclient
 import nbformat
 
-from fedfrozen.experiments import results_root
-from fedfrozen.io import KERNEL_ARGS, RUN_LOG_ENV
+from fedfrozen.base.io import KERNEL_ARGS, RUN_LOG_ENV
+from fedfrozen.runs.experiments import results_root
 
 root = Path(__file__).resolve().parents[1]
 PAPER = ("00", "03", "04", "05", "06", "07")  # the notebooks of the paper's tables and figures

@@ -6,7 +6,7 @@
 
 A notebook writes its configs itself when it runs (`ff.plots.save_configs`); this rebuilds them without the
 results cache, for per-seed tables committed before notebooks did: it executes the notebooks under the cpu profile
-as a tiny dry run (`fedfrozen.dryrun`: every run cut to two rounds on a tiny model, one seed, in a temporary
+as a tiny dry run (`fedfrozen.runs.dryrun`: every run cut to two rounds on a tiny model, one seed, in a temporary
 project), which logs the full config and the cache key of every run a notebook asks for, and keeps the configs
 whose keys are rows of the per-seed table. It fails, writing nothing for that notebook, when a committed row's key
 is one the notebook no longer asks for (the code and the table disagree) or a config does not hash to its key.
@@ -49,7 +49,7 @@ def _variant(key: str, number: str, configs: dict):
 
 def logged_configs(numbers: list[str]) -> dict:
     """{cache key: (experiment, config dict)} of every run the notebooks numbered `numbers` ask for under cpu."""
-    from fedfrozen.dryrun import dry_run
+    from fedfrozen.runs.dryrun import dry_run
 
     with tempfile.TemporaryDirectory(prefix="fedfrozen-configs-") as tmp:
         rows = dry_run("cpu", tiny=True, rounds=2, only=",".join(numbers), keep=tmp, progress=print)

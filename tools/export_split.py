@@ -21,8 +21,8 @@ import torch
 
 import fedfrozen as ff
 from fedfrozen import data, profiles, qkv
-from fedfrozen.experiments import config_key
-from fedfrozen.setup import prepare
+from fedfrozen.engine.setup import prepare
+from fedfrozen.runs.experiments import config_key
 
 
 def config(seed: int, alpha: float) -> ff.Config:

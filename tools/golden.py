@@ -29,7 +29,7 @@ def cases() -> dict:
     other paths through the round (full and skewed participation, the batched engine, the progressive
     schedule, SGD as published)."""
     from fedfrozen.methods import registry
-    from fedfrozen.profiles import SGD_AS_PUBLISHED
+    from fedfrozen.studies.profiles import SGD_AS_PUBLISHED
 
     out = {m: dict(TINY, method=m) for m in registry.names()}
     out |= {
@@ -74,7 +74,7 @@ def fingerprint(hist) -> str:
 
 def machine() -> str:
     """The record's key: `ff.io.machine` without the thread count (the cases always run on one thread)."""
-    from fedfrozen.io import machine as signature
+    from fedfrozen.base.io import machine as signature
 
     return signature(threads=1).rsplit(" | ", 1)[0]
 

@@ -46,7 +46,7 @@ FAMILY = ("The family: every comparison of notebooks 03–06 (their verdict tabl
 
 def _configs(folder, name: str) -> dict:
     """key -> the run's config without its seed and where its data lives (config.WHERE_FIELDS), as JSON."""
-    from fedfrozen.config import WHERE_FIELDS
+    from fedfrozen.engine.config import WHERE_FIELDS
 
     out = {}
     for line in (folder / f"{name}_configs.jsonl").read_text().splitlines():

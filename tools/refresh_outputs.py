@@ -22,7 +22,7 @@ from pathlib import Path
 import nbclient
 import nbformat
 
-from fedfrozen.io import KERNEL_ARGS
+from fedfrozen.base.io import KERNEL_ARGS
 
 root = Path(__file__).resolve().parents[1]
 

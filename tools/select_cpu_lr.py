@@ -1,11 +1,11 @@
-"""Select the cpu profile's learning rates by the one rule (fedfrozen.selection.RULE) and print the table.
+"""Select the cpu profile's learning rates by the one rule (fedfrozen.studies.selection.RULE) and print the table.
 
     python tools/select_cpu_lr.py                  # the methods of the paper notebooks
     python tools/select_cpu_lr.py fedavg fedfrozen
     python tools/select_cpu_lr.py fedadamw fedlada fedact fedslm mifa fedvarp fedsteer afedlf fedtlu head_pruning
                                                    # the related systems of notebooks 09-10
     python tools/select_cpu_lr.py --regime pretrained fedavg fedfrozen
-                                                   # a regime of notebooks 03-06 (fedfrozen.regime.REGIMES)
+                                                   # a regime of notebooks 03-06 (fedfrozen.studies.regime.REGIMES)
 
 AdamW methods on profiles.CPU_LR_GRID (a regime: on its own grid, REGIME_LR_GRID); each `<method>:sgd` arm (the
 method with plain SGD, as its authors ran it: momentum 0, no weight decay) on CPU_SGD_LR_GRID. The result goes into
@@ -15,7 +15,7 @@ profiles.CPU_LR (or profiles.REGIME_LR) by hand, with the printed validation acc
 import argparse
 
 import fedfrozen as ff
-import fedfrozen.selection  # noqa: F401  (not imported by the package)
+import fedfrozen.studies.selection  # noqa: F401  (not imported by the package)
 
 
 def main() -> None:

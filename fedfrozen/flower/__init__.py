@@ -6,10 +6,12 @@
 
 The ClientApp (`fedfrozen.flower.client:app`) trains one client exactly as `fedfrozen.run` trains it: the
 same partition (its `partition-id` from the node config, the partitioner seeded by Config.seed), the same
-batches, seeds and local step: the records become the loop's `fedfrozen.round.Instruction` and the loop's client
+batches, seeds and local step: the records become the loop's `fedfrozen.engine.messages.Instruction` and the loop's
+client
 (`LocalTraining.replies`) answers it, with the clients' half of the method, built for its round. The ServerApp
 (`fedfrozen.flower.server:app`) holds the method's server half and runs the loop's round, in its order
-(`fedfrozen.round.play`: stage switch, sampling, aggregation, server optimiser, adaptive schedules) with the nodes
+(`fedfrozen.engine.round.play`: stage switch, sampling, aggregation, server optimiser, adaptive schedules) with the
+nodes
 as its exchange, and writes the same History as the in-process loop. What travels (fedfrozen.flower.records
 declares the scalars): the Config as JSON, the round's frozen groups, lr, value penalty, prox weight and the
 sampled partition ids in the ConfigRecord; the global arrays down (the frozen block once per stage) and each
@@ -26,8 +28,8 @@ from __future__ import annotations
 
 import json
 
-from ..config import Config, field_type, settings
-from ..data import version
+from ..engine.config import Config, field_type, settings
+from ..inputs.data import version
 from ..methods import build
 
 __all__ = ["config_from_run", "check_supported", "RUN_CONFIG_FIELDS", "simulate", "simulate_many"]

@@ -1,4 +1,5 @@
-"""The ClientApp: one client's local training, as fedfrozen.loop trains it (fedfrozen.round.LocalTraining), with
+"""The ClientApp: one client's local training, as fedfrozen.engine.loop trains it
+(fedfrozen.engine.clients.LocalTraining), with
 the clients' half of the method built for the round; what the client keeps across rounds lives in the node's
 Context.state. The records are read and written by fedfrozen.flower.records, the one declaration of their fields."""
 
@@ -13,10 +14,13 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from .. import loop, methods, qkv
-from ..config import Config
-from ..io import atomic_write, follow_threads
-from ..round import Instruction, LocalTraining
+from .. import methods
+from ..base.io import atomic_write, follow_threads
+from ..engine import loop
+from ..engine.clients import LocalTraining
+from ..engine.config import Config
+from ..engine.messages import Instruction
+from ..nets import qkv
 from . import records
 
 __all__ = ["app", "train_client", "failing", "kept_state", "keep_state"]
@@ -59,7 +63,8 @@ def failing(spec: str, r: int, cid: int) -> bool:
 
 def train_client(cfg: Config, cid: int, r: int, state: dict, conf, sent: dict | None = None,
                  kept: dict | None = None) -> tuple[dict, dict, dict, dict]:
-    """Client `cid`'s round r from the global `state` (parameter name -> tensor), as fedfrozen.loop trains it: the
+    """Client `cid`'s round r from the global `state` (parameter name -> tensor), as fedfrozen.engine.loop trains it:
+    the
     clients' half of the method, built for this round (same Config) and given `kept` (its client_state of its last
     round in this stage), answers the round's Instruction (`conf`, and `sent`: what the server's half's to_client
     gave for this client) with the loop's LocalTraining. Returns (its update per trainable parameter, client -

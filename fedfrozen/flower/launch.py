@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..history import History
-from ..io import project_root
+from ..base.history import History
+from ..base.io import project_root
 
 __all__ = ["flwr_run", "run_config_arg", "process_table", "processes_of", "stop", "deploy", "check_tls",
            "write_certificates", "write_node_keys", "LeftRunning"]
@@ -168,17 +168,21 @@ def flwr_run(run_config: dict, num_supernodes: int, project=None, timeout: float
     out = home / "history.json"
     rc = {**run_config, "out": str(out)}
     try:
-        proc = subprocess.run([_flwr(), "run", str(project), "--stream", "--run-config", run_config_arg(rc),
-                               "--federation-config", f"num-supernodes={int(num_supernodes)}"],
-                              env={**_env(home), **_local_ports(home)}, capture_output=True, text=True,
-                              timeout=timeout)
-        log = proc.stdout + proc.stderr
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"flwr run failed (exit {proc.returncode}); its output ends:\n{log[-3000:]}")
-        return History.load(out), log
+        return _flwr_run([str(project), "--stream", "--run-config", run_config_arg(rc), "--federation-config",
+                          f"num-supernodes={int(num_supernodes)}"], {**_env(home), **_local_ports(home)}, out, timeout)
     finally:
         if not keep:
             stop(home)
+
+
+def _flwr_run(args: list, env: dict, out: Path, timeout) -> tuple:
+    """`flwr run ARGS` with `env`; (the History the ServerApp wrote to `out`, the command's output), or a
+    RuntimeError with the end of its output when it failed or wrote none."""
+    proc = subprocess.run([_flwr(), "run", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not out.exists():
+        raise RuntimeError(f"flwr run failed (exit {proc.returncode}); its output ends:\n{log[-3000:]}")
+    return History.load(out), log
 
 
 def write_certificates(folder) -> dict:
@@ -364,12 +368,7 @@ def deploy(run_config: dict, num_supernodes: int = 3, project=None, timeout: flo
         _await_joined({name: args[name] for name in members}, start, logs)
         out = home / "history.json"
         rc = {**run_config, "out": str(out), "num-clients": num_supernodes}
-        proc = subprocess.run([_flwr(), "run", str(project), "deploy", "--stream", "--run-config",
-                               run_config_arg(rc)], env=env, capture_output=True, text=True, timeout=timeout)
-        log = proc.stdout + proc.stderr
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"flwr run failed (exit {proc.returncode}); its output ends:\n{log[-3000:]}")
-        return History.load(out), log
+        return _flwr_run([str(project), "deploy", "--stream", "--run-config", run_config_arg(rc)], env, out, timeout)
     finally:
         stop(home, [p.pid for p in procs])
         for p in procs:

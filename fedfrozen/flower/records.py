@@ -41,7 +41,7 @@ REPLY = {
 
 
 def write_round(plan) -> dict:
-    """The ConfigRecord entries of round `plan` (a fedfrozen.round.Plan)."""
+    """The ConfigRecord entries of round `plan` (a fedfrozen.engine.messages.Plan)."""
     return {key: write(getattr(plan, attr)) for key, (attr, write, _) in ROUND.items()}
 
 

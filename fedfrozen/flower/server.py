@@ -1,4 +1,4 @@
-"""The ServerApp: the method's server half and the loop's round (fedfrozen.round.play) on Flower's Grid, writing
+"""The ServerApp: the method's server half and the loop's round (fedfrozen.engine.round.play) on Flower's Grid, writing
 fedfrozen's History. The records are built and read here and in fedfrozen.flower.records (one declaration of the
 round's and the reply's fields)."""
 
@@ -13,11 +13,14 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from .. import loop, methods, qkv
-from ..config import Config
-from ..history import History
-from ..io import follow_threads
-from ..round import Reply, play
+from .. import methods
+from ..base.history import History
+from ..base.io import follow_threads
+from ..engine import loop
+from ..engine.config import Config
+from ..engine.messages import Reply
+from ..engine.round import play
+from ..nets import qkv
 from . import check_supported, config_from_run, records
 
 __all__ = ["app", "make_server_app", "Federation", "run_server", "round_config", "wait_for_nodes",
@@ -29,7 +32,7 @@ TIMEOUT = 3600.0  # seconds a round waits for its replies (Flower's own default)
 class Federation:
     """The server's side of one run on a Flower Grid: the loop's start (Setup, the method's server half, Round,
     History; `first` > 0 when the run continues from its checkpoint) and the round's `exchange` for
-    fedfrozen.round.play: the instructions as one message per node (`train_messages`), the nodes' records back as
+    fedfrozen.engine.round.play: the instructions as one message per node (`train_messages`), the nodes' records back as
     Replies (`parse_replies`, `flat_update`).
 
     Every round goes to every node (the partition id of a node is known only to the node); the sampled
@@ -179,7 +182,7 @@ def msg_bytes(tensors: dict) -> int:
 
 def run_server(grid: Grid, cfg: Config, out: str = "", fail: str = "", checkpoint: str = "",
                client_state_dir: str = "", stop_after: int | None = None) -> History:
-    """Run `cfg` on the nodes of `grid`, round by round as the loop does (fedfrozen.round.play, with the nodes as
+    """Run `cfg` on the nodes of `grid`, round by round as the loop does (fedfrozen.engine.round.play, with the nodes as
     the exchange); write the History to `out` (atomically) when the run is complete.
 
     checkpoint: a file the server keeps its state in after every round, and continues from when it exists (a

@@ -16,17 +16,17 @@ from .fedopt import DEFAULT_SERVER_LR, SERVER_STEPS, ServerOptimizer
 from .freezing import FREEZE_SCHEDULES, FreezeSchedule, freeze_round
 from .objective import LocalObjective
 from .registry import (
-                       build,
-                       composition,
-                       describe,
-                       flat_names,
-                       flat_settings,
-                       methods_with,
-                       names,
-                       register,
-                       results_revision,
-                       settings_class,
-                       unregister,
+    build,
+    composition,
+    describe,
+    flat_names,
+    flat_settings,
+    methods_with,
+    names,
+    register,
+    results_revision,
+    settings_class,
+    unregister,
 )
 from .scaffold import SCAFFOLD_VARIANTS, scaffold_variant
 from .settings import Settings, check_components, component, component_settings, setting

@@ -24,8 +24,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from .. import augment
-from ..rng import seed_for
+from ..base.rng import seed_for
+from ..inputs import augment
 from .base import Method, probe_loss
 from .fedtlu import layer_of_parameters
 from .settings import Settings, setting
@@ -60,7 +60,7 @@ class AFedLF(Method):
 
     Settings = AFedLFSettings
 
-    batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.batched)
+    batched = False  # its client_forward starts from a cached prefix, per client (fedfrozen.engine.batched)
     results_revision = 1  # 1: the device profiles draw from their own seed (they shared skewed participation's)
 
     def setup(self, setup) -> None:

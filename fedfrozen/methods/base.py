@@ -1,7 +1,8 @@
-"""`Method`: the hooks a round calls (fedfrozen.round, in the loop and on Flower), FedAvg's behaviour by default.
+"""`Method`: the hooks a round calls (fedfrozen.engine.round, in the loop and on Flower), FedAvg's behaviour by default.
 
 A method runs as two halves, two instances of its class built from the same Config: the server's half (held by
-`fedfrozen.round.Round`) and the clients' half (held by `fedfrozen.round.LocalTraining`: in this process one
+`fedfrozen.engine.server.Round`) and the clients' half (held by `fedfrozen.engine.clients.LocalTraining`: in this
+process one
 instance keeps every client's state, as Flower's nodes keep theirs in their Context.state; on Flower each node
 builds its own for the round). The halves talk only in records, the same in process as on Flower: the server's
 `to_client(r, i)` is the Instruction's `sent`, the client's `to_server(r, i)` the Reply's `extras`, and no hook
@@ -59,7 +60,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..rng import seed_for
+from ..base.rng import seed_for
 from .feddyn import FedDyn
 from .fedopt import ServerOptimizer
 from .freezing import FREEZE_SCHEDULES
@@ -72,7 +73,8 @@ __all__ = ["Method", "LOCAL_OBJECTIVES", "PROBE", "probe_loss", "participation_p
 
 # where a method may be asked to run besides the sequential loop (Method.cannot_run)
 RUNTIMES = ("batched", "flower")
-# the hooks the clients' half runs (fedfrozen.round.LocalTraining), in process and on Flower alike; client_mask is
+# the hooks the clients' half runs (fedfrozen.engine.clients.LocalTraining), in process and on Flower alike;
+# client_mask is
 # also asked by the server's half (for a client's bytes, and by to_client where the server decides the mask)
 CLIENT_HOOKS = ("from_server", "client_mask", "init_client", "client_forward", "correction", "upload", "after_client",
                 "to_server")
@@ -142,14 +144,14 @@ class Method:
     # the method's own settings (fedfrozen.methods.settings): a frozen dataclass read as self.settings, given as
     # Config.method_args; the base has none
     Settings = Settings
-    # The batched engine (fedfrozen.batched) can train this method's clients at once: its hooks do not
+    # The batched engine (fedfrozen.engine.batched) can train this method's clients at once: its hooks do not
     # replace the forward pass (client_forward) nor use the local optimiser object given to init_client
     # (None under the batched engine). A method that does sets this False.
     batched = True
     # runtime -> why this method cannot run there (RUNTIMES); what `cannot_run` does not infer by itself
     not_on: dict = {}
     # bumped when a method's results change for the same Config (a fix): the results cache keys on it, so a
-    # cached History of the old behaviour is not served (fedfrozen.experiments.config_key)
+    # cached History of the old behaviour is not served (fedfrozen.runs.experiments.config_key)
     results_revision = 0
 
     def __init__(self, cfg, *, local: str = "plain", server: str = "avg", schedule: str = "none",
@@ -266,7 +268,8 @@ class Method:
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
         """Before client `cid` trains (the model holds the global weights, `opt` a fresh state and the run's
         local update rule, which a method may transform for this client: `opt.rule = dataclasses.replace(opt.rule,
-        ...)`, fedfrozen.update; None under the batched engine, whose clients of a chunk all pass here before any of
+        ...)`, fedfrozen.nets.update; None under the batched engine, whose clients of a chunk all pass here before any
+        of
         them trains)."""
         self.local.before_client(r, cid, self.s, mask)
 
@@ -318,7 +321,7 @@ class Method:
 
     def from_server(self, r: int, cid: int, tensors: dict) -> None:
         """Clients' half, before client `cid` trains (the model holds the round's global weights): load what
-        to_client sent (its "mask", if any, is the round's: fedfrozen.round.LocalTraining applies it)."""
+        to_client sent (its "mask", if any, is the round's: fedfrozen.engine.clients.LocalTraining applies it)."""
         self.local.from_server(cid, {k: v for k, v in tensors.items() if k != "mask"})
 
     def client_state(self, cid: int) -> dict:

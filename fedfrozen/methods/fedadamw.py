@@ -79,7 +79,8 @@ class FedAdamW(Method):
     def init_client(self, r: int, cid: int, opt, mask: torch.Tensor) -> None:
         super().init_client(r, cid, opt, mask)
         pull = self.gamma / self._steps(cid)
-        # the local update rule, transformed (fedfrozen.update): lr and weight decay scaled, the pull after each step
+        # the local update rule, transformed (fedfrozen.nets.update): lr and weight decay scaled, the pull after each
+        # step
         opt.rule = dataclasses.replace(opt.rule, lr_scale=1 - self.gamma,
                                        weight_decay=self.cfg.weight_decay / (1 - self.gamma),
                                        after_step=self._pull(pull) if self.gamma else None)

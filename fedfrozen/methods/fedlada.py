@@ -15,7 +15,7 @@ exchanged counted in bytes) and change the local step:
   steps where the local and global directions agree, small non-zero ones elsewhere. Client moments as
   FedAdamW's (per-tensor v̄ and the counter from the server). With τ_min = 1 (trust ≡ 1) it is
   FedAdamW's corrected AdamW at learning rate η (a test).
-Both are transforms of the one local update rule (fedfrozen.update): FedLADA adds `coupled_decay` before the Adam
+Both are transforms of the one local update rule (fedfrozen.nets.update): FedLADA adds `coupled_decay` before the Adam
 core (decoupled decay off), FedACT replaces AdamW's update by its `direction` over the core's moments. Sequential
 engine only (they transform the local optimiser's rule and state).
 """
@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import torch
 
-from ..update import adam_denominator
+from ..nets.update import adam_denominator
 from .base import Method
 from .fedadamw import FedAdamW, FedAdamWSettings
 from .settings import setting

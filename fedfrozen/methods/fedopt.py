@@ -3,7 +3,7 @@
 Each is a small function `step(buf, delta, mask, cfg, lr, n_sampled, n_clients) -> update`
 (buf(name) returns a named state vector, zero at first use), in the spirit of Optax's
 transforms; `ServerOptimizer` holds the state and applies `x += update`. What the stage freezes is not theirs: the
-round puts the frozen entries back after every server step (fedfrozen.round.Round.close). FedOpt (Reddi et
+round puts the frozen entries back after every server step (fedfrozen.engine.server.Round.close). FedOpt (Reddi et
 al., ICLR 2021, Algorithm 2): m and v start at 0, no bias
 correction. See docs/methods.md.
 """

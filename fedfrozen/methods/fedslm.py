@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..rng import seed_for
+from ..base.rng import seed_for
 from .base import Method
 from .settings import Settings, setting
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import torch
 
-from ..qkv import param_groups
+from ..nets.qkv import param_groups
 from .base import Method
 from .settings import Settings, setting
 

@@ -158,7 +158,7 @@ class Progressive(FreezeSchedule):
         self._mask = (None, None)  # (frozen layer count, mask)
 
     def setup(self, setup) -> None:
-        from ..qkv import SplitMultiheadAttention, SplitQKV
+        from ..nets.qkv import SplitMultiheadAttention, SplitQKV
 
         self.flat = setup.flat
         names = {id(p): n for n, p in setup.model.named_parameters()}

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..qkv import SplitQKV
-from ..rng import seed_for
+from ..base.rng import seed_for
+from ..nets.qkv import SplitQKV
 from .base import PROBE, Method, probe_loss
 from .settings import Settings, setting
 

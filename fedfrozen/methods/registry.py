@@ -16,7 +16,7 @@ processes, which see it only if the module that registers it is imported there t
 
 from __future__ import annotations
 
-from ..qkv import GROUPS
+from ..nets.qkv import GROUPS
 from .afedlf import AFedLF
 from .base import Method
 from .fedadamw import FedAdamW

@@ -32,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..rng import seed_for
+from ..base.rng import seed_for
 from .base import Method, participation_probabilities
 from .settings import Settings, setting
 

@@ -1,0 +1,75 @@
+"""Learning-rate selection by one rule for every method, at the scale where the rates will be used.
+
+Rule (the same as the digits selection in the README): for each method, train at every rate of a
+small grid on Dirichlet alpha = 0.1 clients with seed 0, and keep the rate with the best late
+validation accuracy: the mean over the run's last 3 evaluations (History.late; one evaluation under
+partial participation at alpha 0.1 swings by tens of points with the clients sampled), ties and runs
+that diverged going to the smaller rate. Freezing methods
+freeze at 25% of the rounds. `select_learning_rates` runs the grid through the cache (run_many)
+and, for the paper profile, stores the result where `fedfrozen.studies.profiles.learning_rates` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..base.io import atomic_write
+from ..engine.config import Config
+from ..runs.experiments import run_many
+from .profiles import PAPER_LR_GRID, federated, paper_lr_file
+
+__all__ = ["pick", "select_learning_rates", "selection_t0", "RULE"]
+
+RULE = ("best validation accuracy averaged over the last 3 evaluations on Dirichlet alpha=0.1 clients, seed 0, "
+        "freezing at 25% of the rounds; "
+        "ties and diverged runs go to the smaller lr")
+
+
+def selection_t0(rounds: int) -> int:
+    """T0 of the rule's FedFrozen runs: a quarter of their rounds, at least one."""
+    return max(1, rounds // 4)
+
+
+def pick(val_acc: dict) -> float:
+    """The lr with the highest validation accuracy; ties to the smaller lr; None/NaN (diverged) never wins."""
+    if not val_acc:
+        raise ValueError("pick needs at least one (lr, accuracy) pair")
+    score = {lr: (a if a is not None and math.isfinite(a) else -math.inf) for lr, a in val_acc.items()}
+    return min(score, key=lambda lr: (-score[lr], lr))
+
+
+def select_learning_rates(methods, dataset: str = "cifar10", grid=PAPER_LR_GRID, rounds: int = 30,
+                          root=None, workers: int | None = None, base: dict | None = None, write: bool = True,
+                          overrides: dict | None = None) -> dict:
+    """Select each method's local lr at the paper scale (or on `base` Config fields) and store it.
+
+    `overrides` (Config fields) change the paper profile's settings (e.g. a data_root, a smaller
+    federation). Returns {"lr": {method: lr}, "val_acc": {method: {lr: acc}}, "rule", "rounds", "grid",
+    "dataset"}; with write=True (and no `base`) it is written to profiles.paper_lr_file(dataset, root).
+    """
+    methods = list(methods)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
+        raise ValueError(f"rounds must be an integer >= 2; got {rounds!r}")
+    grid = sorted(float(g) for g in grid)
+    if not grid or any(g <= 0 for g in grid):
+        raise ValueError(f"grid must be positive learning rates; got {grid!r}")
+    fields = dict(base) if base is not None else {**federated("paper", paper_dataset=dataset), **(overrides or {})}
+    for owned in ("method", "lr"):  # set per selection run below (the paper profile's fields carry an lr)
+        fields.pop(owned, None)
+    fields.update(rounds=rounds, warmup_rounds=selection_t0(rounds), partition="dirichlet", alpha=0.1, seed=0)
+    fields["lr_warmup_rounds"] = min(fields.get("lr_warmup_rounds", 0), rounds // 3)
+    cfgs = [Config(method=m, lr=lr, **fields) for m in methods for lr in grid]  # validated before any training
+    hists = run_many(cfgs, root=root, experiment=f"{fields['dataset']}/lr_selection", workers=workers)
+    val = {m: {} for m in methods}
+    for cfg, hist in zip(cfgs, hists):
+        val[cfg.method][cfg.lr] = None if hist.diverged else hist.late("val_acc")
+    result = {"lr": {m: pick(val[m]) for m in methods},
+              "val_acc": {m: {str(k): v for k, v in val[m].items()} for m in methods},
+              "rule": RULE, "rounds": rounds, "grid": grid, "dataset": fields["dataset"]}
+    if write and base is None:
+        path = paper_lr_file(dataset, root)
+        text = json.dumps(result, indent=1, sort_keys=True)
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    return result
