@@ -302,7 +302,7 @@ def test_an_attention_class_the_table_does_not_know_is_refused_by_name():
             return self.proj(v.flatten(-2)[..., :8])
 
     model = nn.Sequential(MyAttention())
-    with pytest.raises(TypeError, match=r"MyAttention \(at 0\).*no layout.*fedfrozen.nets.layouts.register"):
+    with pytest.raises(TypeError, match=r"MyAttention \(at 0\).*no layout.*fedfrozen.layouts.register"):
         ff.qkv.split_qkv(model)
     with pytest.raises(TypeError, match="MyAttention"):
         ff.qkv.param_groups(model)
@@ -351,7 +351,7 @@ def test_attention_with_projections_of_other_names_is_named_never_called_no_atte
 
     model = nn.Sequential(nn.Linear(8, 8), GroupAttention())
     with pytest.raises(TypeError, match=r"has attention the QK/V splitter cannot split: .*GroupAttention \(at 1\)"
-                                        r".*fedfrozen.nets.layouts.register"):
+                                        r".*fedfrozen.layouts.register"):
         ff.qkv.split_qkv(model)
 
 
@@ -420,5 +420,6 @@ def test_the_split_character_transformer_still_sees_only_the_past():
     assert torch.allclose(hidden(x)[:, :50], hidden(y)[:, :50], atol=1e-6)
     assert not torch.allclose(hidden(x)[:, 50:], hidden(y)[:, 50:])
     qk = ff.qkv.param_groups(model)["qk"]
-    assert sorted(qk) == sorted(f"encoder.layers.{i}.self_attn.{w}.{p}" for i in range(3) for w in "qk"
+    depth = len(model.encoder.layers)
+    assert sorted(qk) == sorted(f"encoder.layers.{i}.self_attn.{w}.{p}" for i in range(depth) for w in "qk"
                                 for p in ("weight", "bias"))
