@@ -55,10 +55,18 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+_HASHED: dict = {}  # (file, size, mtime) -> its sha256: every run's cache key locates the texts (source_version)
+
+
 def verify(path) -> Path:
-    """`path` if it is the release's tarball by its sha256; else a clear error naming the file and the command."""
+    """`path` if it is the release's tarball by its sha256 (hashed once per file, size and mtime in a process); else
+    a clear error naming the file and the command."""
     path = Path(path)
-    got = _sha256(path)
+    st = path.stat()
+    stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if stamp not in _HASHED:
+        _HASHED[stamp] = _sha256(path)
+    got = _HASHED[stamp]
     if got != SHA256:
         raise ValueError(f"{path} is not {TARBALL} (sha256 {got[:16]}..., expected {SHA256[:16]}...): the file is "
                          f"damaged or another release; delete it and fetch it again: "
