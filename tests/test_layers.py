@@ -44,3 +44,20 @@ def test_every_layered_module_has_its_short_name_and_nothing_else_sits_at_the_ro
     assert all(getattr(fedfrozen, m).__name__ == f"fedfrozen.{unit}.{m}" for unit, ms in listed.items() for m in ms)
     root = {p.stem for p in check_imports.PKG.glob("*.py")}
     assert root == {"__init__", "__main__", "_version", "cli"}
+
+
+def test_every_layer_folder_is_a_package_that_git_tracks():
+    """A folder without a tracked `__init__.py` still imports (a namespace package) but is a different thing: the API
+    book cannot collect it and a clean clone differs from the working tree (`runs/` in .gitignore once hid
+    fedfrozen/runs/__init__.py). Every layer folder's `__init__.py` exists and no ignore rule matches it."""
+    import shutil
+    import subprocess
+
+    folders = sorted(p for p in check_imports.PKG.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    assert {p.name for p in folders} >= {unit for _, unit, mods in check_imports.LAYERS if mods is not None}
+    assert all((p / "__init__.py").is_file() for p in folders), [p.name for p in folders]
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        return  # an installed copy: nothing to ignore
+    inits = [str((p / "__init__.py").relative_to(ROOT)) for p in folders]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *inits], cwd=ROOT, capture_output=True, text=True)
+    assert ignored.stdout.strip() == "", f"ignored by .gitignore: {ignored.stdout}"
