@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..inputs.data import write_fake_cifar
 from ..base.io import DRY_RUN_ENV, KERNEL_ARGS, THREADS_ENV, notebooks, project_root
+from ..inputs.data import write_fake_cifar
 
 __all__ = ["dry_run", "TINY_MODEL", "format_table"]
 
