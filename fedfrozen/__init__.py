@@ -38,7 +38,7 @@ MODULES = {
     "theory": ("linear_attention", "attention_sim"),
     "engine": ("config", "checkpoint", "pretrain", "local", "batched", "setup", "messages", "metrics", "clients",
                "server", "round", "loop"),
-    "runs": ("cluster", "experiments", "dryrun"),
+    "runs": ("cluster", "experiments", "archive", "dryrun"),
     "studies": ("profiles", "verdicts", "plots", "tables", "selection", "controls", "regime", "beyond", "recipes",
                 "roles", "verification"),
 }

@@ -300,6 +300,23 @@ def cmd_select_lr(args) -> int:
     return 0
 
 
+def cmd_archive(args) -> int:
+    from .runs.archive import configs_of, pack, unpack
+
+    if args.action == "pack":
+        if not args.configs:
+            raise ValueError("archive pack: --configs is required (a notebook's figures/NN_configs.jsonl, one or more)")
+        entries = [e for path in args.configs for e in configs_of(path)]
+        done = pack(args.file, entries, root=args.out)
+        print(f"{args.file}: {done['entries']} runs, {done['bytes'] / 1024:.0f} KiB")
+        return 0
+    for path in args.file_list:
+        report = unpack(path, root=args.out)
+        print(f"{path}: {len(report['added'])} runs added, {len(report['present'])} already cached, "
+              f"{len(report['differs'])} cached with another History (kept: {', '.join(report['differs']) or 'none'})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedfrozen", description=__doc__.splitlines()[0])
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -360,6 +377,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
     s.add_argument("--config", help="JSON or YAML file of Config fields that change the paper profile's settings")
     s.set_defaults(func=cmd_select_lr)
+    a = sub.add_parser("archive", help="pack finished cached runs into one file, or unpack one into the cache (a grid "
+                                       "that goes on on another machine: fedfrozen/runs/archive.py)")
+    a_sub = a.add_subparsers(dest="action", required=True)
+    ap = a_sub.add_parser("pack", help="write the cached runs of notebooks' configs files to FILE (.tar.xz)")
+    ap.add_argument("file", help="the archive to write")
+    ap.add_argument("--configs", nargs="+", help="figures/NN_configs.jsonl files: the runs to pack")
+    ap.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
+    au = a_sub.add_parser("unpack", help="put the runs of archives into the cache, checked, where it has none")
+    au.add_argument("file_list", nargs="+", metavar="FILE", help="archives written by `fedfrozen archive pack`")
+    au.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
+    a.set_defaults(func=cmd_archive)
     q = sub.add_parser("reproduce", help="execute the notebooks with papermill")
     q.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke (CI), cpu (default), paper (GPU)")
     q.add_argument("--only", help="comma-separated notebook numbers, e.g. 02,03")
