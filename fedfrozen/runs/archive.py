@@ -4,8 +4,8 @@ The run cache (`results/`) lives on one machine; a grid longer than one sitting 
 cloud instance, a CI runner, a laptop that is wiped) loses its finished runs with it. An archive holds cached
 entries as they are, every file of each (config.json, env.json, history.json, digest.json), so that:
 
-    fedfrozen archive pack runs/13_p4.tar.xz --configs figures/13_configs.jsonl   # what a notebook committed
-    fedfrozen archive unpack runs/13_p4.tar.xz                                    # on the next machine
+    fedfrozen archive pack archives/13_p4.tar.xz --configs figures/13_configs.jsonl   # what a notebook committed
+    fedfrozen archive unpack archives/13_p4.tar.xz                                    # on the next machine
 
 puts them back where `run_or_load` finds them, and the grid goes on from there. Unpacking checks each entry as the
 cache does when it loads one (its digest, its History's config and rounds) and that its key is the key this version
