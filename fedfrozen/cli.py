@@ -301,12 +301,14 @@ def cmd_select_lr(args) -> int:
 
 
 def cmd_archive(args) -> int:
-    from .runs.archive import configs_of, pack, unpack
+    from .runs.archive import configs_of, finished, pack, unpack
 
     if args.action == "pack":
-        if not args.configs:
-            raise ValueError("archive pack: --configs is required (a notebook's figures/NN_configs.jsonl, one or more)")
-        entries = [e for path in args.configs for e in configs_of(path)]
+        if not args.configs and not args.experiment:
+            raise ValueError("archive pack: give --configs (a notebook's figures/NN_configs.jsonl, one or more) or "
+                             "--experiment (every finished run of it)")
+        entries = [e for path in args.configs or () for e in configs_of(path)]
+        entries += [e for name in args.experiment or () for e in finished(name, root=args.out)]
         done = pack(args.file, entries, root=args.out)
         print(f"{args.file}: {done['entries']} runs, {done['bytes'] / 1024:.0f} KiB")
         return 0
@@ -383,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = a_sub.add_parser("pack", help="write the cached runs of notebooks' configs files to FILE (.tar.xz)")
     ap.add_argument("file", help="the archive to write")
     ap.add_argument("--configs", nargs="+", help="figures/NN_configs.jsonl files: the runs to pack")
+    ap.add_argument("--experiment", nargs="+", help="experiments (results/NAME) whose every finished run to pack: an "
+                                                   "unfinished grid so far")
     ap.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
     au = a_sub.add_parser("unpack", help="put the runs of archives into the cache, checked, where it has none")
     au.add_argument("file_list", nargs="+", metavar="FILE", help="archives written by `fedfrozen archive pack`")

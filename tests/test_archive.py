@@ -139,4 +139,15 @@ def test_the_command_line_packs_a_notebooks_configs_and_unpacks_them(cached, tmp
     assert cli.main(["archive", "unpack", str(out), "--out", str(tmp_path / "r")]) == 0
     assert "2 runs added, 0 already cached" in capsys.readouterr().out
     assert cli.main(["archive", "pack", str(out), "--out", str(root)]) == 2
-    assert "--configs is required" in capsys.readouterr().err
+    assert "give --configs" in capsys.readouterr().err
+
+
+def test_an_unfinished_grid_is_packed_by_its_experiment_without_its_partial_runs(cached, tmp_path):
+    root, cfgs, _ = cached
+    partial = root / "t" / ".0123456789ab.partial"  # a run still training: its checkpoint stays behind
+    partial.mkdir(exist_ok=True)
+    assert archive.finished("t", root=root) == sorted(_entries(cfgs))
+    with pytest.raises(ValueError, match="experiment 'nope' has no folder"):
+        archive.finished("nope", root=root)
+    with pytest.raises(ValueError, match=r"experiment '\.\./x' is not a folder name"):
+        archive.finished("../x", root=root)

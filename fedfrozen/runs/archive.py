@@ -30,7 +30,7 @@ from pathlib import Path
 from ..base.io import atomic_dir, atomic_write
 from .experiments import _FILES, _problem, config_key, results_root
 
-__all__ = ["pack", "unpack", "configs_of", "ENTRY_FILES"]
+__all__ = ["pack", "unpack", "configs_of", "finished", "ENTRY_FILES"]
 
 ENTRY_FILES = (*_FILES, "digest.json")
 _KEY = re.compile(r"[0-9a-f]{12}")
@@ -50,6 +50,16 @@ def configs_of(jsonl) -> list[tuple[str, str]]:
             raise ValueError(f"configs {jsonl}: line {i} is not a {{'key', 'experiment', 'config'}} object "
                              f"({e})") from None
     return out
+
+
+def finished(experiment: str, root=None) -> list[tuple[str, str]]:
+    """(experiment, key) of every finished entry of `experiment` in the cache under `root` (default results/): a
+    grid's runs so far, to carry an unfinished grid to the next machine (its partial runs stay behind)."""
+    _check_name(experiment, "0" * 12)
+    folder = results_root(root) / experiment
+    if not folder.is_dir():
+        raise ValueError(f"experiment {experiment!r} has no folder under {results_root(root)}")
+    return [(experiment, p.name) for p in sorted(folder.iterdir()) if p.is_dir() and _KEY.fullmatch(p.name)]
 
 
 def _check_name(experiment: str, key: str) -> None:
