@@ -206,11 +206,16 @@ SAMPLE_LINES = ("Who goes there, in the {n}th watch? Stand and unfold yourself."
                 "Give me leave, good sir; I have {n} things to say and none to hear.")
 
 
-def write_sample(root, speeches: int = 60) -> Path:
+def write_sample(root, speeches: int = 60, roles_per_play: int = 3) -> Path:
     """A small text in the release's layout (root/TEXTS/<play>_gut.txt for the 37 plays): in each play three roles
     (BER., FRAN., FIRST CLOWN.) speak `speeches` times in turn, a few thousand characters each, with a title, a
     persons list, headings and stage directions as the release has them. What the smoke profile and the tests read
-    where the release is not fetched (nothing is downloaded). Returns the texts' folder."""
+    where the release is not fetched (nothing is downloaded). `roles_per_play` > 3 adds roles (LORD 4., LORD 5., ...)
+    that speak in the same turn: the dry run's federation as large as the paper profile's. Returns the texts'
+    folder."""
+    if isinstance(roles_per_play, bool) or not isinstance(roles_per_play, int) or roles_per_play < 3:
+        raise ValueError(f"roles_per_play must be an integer >= 3; got {roles_per_play!r}")
+    extra = [(f"LORD {j}.", SAMPLE_LINES[j % 3]) for j in range(4, roles_per_play + 1)]
     texts = Path(root) / TEXTS
     texts.mkdir(parents=True, exist_ok=True)
     for p in PLAYS:
@@ -218,7 +223,7 @@ def write_sample(root, speeches: int = 60) -> Path:
                 f"Bernardo, an Officer.\nFrancisco, a Soldier.\n\nACT I.\n\nScene I. A platform.\n\n"
                 f"[Enter Bernardo.]\n"]
         for i in range(speeches):
-            for tag, line in zip(("Ber.", "Fran.", "FIRST CLOWN."), SAMPLE_LINES):
+            for tag, line in [*zip(("Ber.", "Fran.", "FIRST CLOWN."), SAMPLE_LINES), *extra]:
                 body.append(f"\n{tag}\n{line.format(n=i + len(p))}\n")
         (texts / f"{p}_gut.txt").write_text("".join(body), encoding="utf-8")
     return texts

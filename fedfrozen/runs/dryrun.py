@@ -23,10 +23,26 @@ from pathlib import Path
 
 from ..base.io import DRY_RUN_ENV, KERNEL_ARGS, THREADS_ENV, notebooks, project_root
 from ..inputs.data import write_fake_cifar
+from ..inputs.shakespeare import write_sample
 
 __all__ = ["dry_run", "TINY_MODEL", "format_table"]
 
 TINY_MODEL = dict(embed_dim=16, depth=1, num_heads=2)
+
+
+def write_data(root: Path, profile: str, tiny: bool) -> None:
+    """The data the dry run's notebooks read, under `root`. The paper profile's CIFARs as fake images of the real
+    sizes (50,000 / 10,000), so seconds per round project; --tiny: 20,000 training images, enough for 100
+    Dirichlet(0.05) clients of two samples or more (notebook 02). --tiny also writes Shakespeare's small text
+    (shakespeare.write_sample, 12 roles a play: the paper profile's 349 roles fit): notebook 14 then downloads
+    nothing (with the release absent it fetched 5 MB and evaluated each config on 860,000 windows); its ~900k
+    windows still take it over 20 minutes.
+    Without --tiny, notebook 14 reads the release (fetched into `root` by its notebook when absent)."""
+    for name, classes in (("cifar10", 10), ("cifar100", 100)) if profile == "paper" else ():
+        per_class, test_per_class = (20_000 // classes, 5) if tiny else (50_000 // classes, 10_000 // classes)
+        write_fake_cifar(name, root, per_class=per_class, test_per_class=test_per_class)
+    if tiny:  # as many roles as the paper profile's federation (349) outside the server's plays: 12 in each play
+        write_sample(root, speeches=40, roles_per_play=12)
 
 
 def _executions(books: list[Path]) -> list[tuple[Path, dict]]:
@@ -105,11 +121,7 @@ def dry_run(profile: str = "paper", tiny: bool = False, rounds: int = 2, only: s
         shutil.copy(project_root() / "pyproject.toml", tmp / "pyproject.toml")
         for nb in books:
             shutil.copy(nb, tmp / "notebooks" / nb.name)
-        # the real sizes (50,000 / 10,000 images), so seconds per round project; --tiny: 20,000 training images,
-        # enough for 100 Dirichlet(0.05) clients of two samples or more (notebook 02)
-        for name, classes in (("cifar10", 10), ("cifar100", 100)) if profile == "paper" else ():
-            per_class, test_per_class = (20_000 // classes, 5) if tiny else (50_000 // classes, 10_000 // classes)
-            write_fake_cifar(name, tmp / "data", per_class=per_class, test_per_class=test_per_class)
+        write_data(tmp / "data", profile, tiny)
         jobs = []
         for i, (nb, extra) in enumerate(_executions([tmp / "notebooks" / b.name for b in books])):
             label = nb.name + "".join(f" ({k}={v})" for k, v in extra.items())
