@@ -301,7 +301,7 @@ def cmd_select_lr(args) -> int:
 
 
 def cmd_archive(args) -> int:
-    from .runs.archive import configs_of, finished, pack, unpack
+    from .runs.archive import configs_of, finished, held, pack, unpack
 
     if args.action == "pack":
         if not args.configs and not args.experiment:
@@ -309,8 +309,15 @@ def cmd_archive(args) -> int:
                              "--experiment (every finished run of it)")
         entries = [e for path in args.configs or () for e in configs_of(path)]
         entries += [e for name in args.experiment or () for e in finished(name, root=args.out)]
-        done = pack(args.file, entries, root=args.out)
-        print(f"{args.file}: {done['entries']} runs, {done['bytes'] / 1024:.0f} KiB")
+        skipped = {e for path in args.skip or () for e in held(path)}
+        new = [e for e in entries if e not in skipped]
+        if entries and not new:
+            raise ValueError(f"archive pack: every one of the {len(set(entries))} runs is already in the --skip "
+                             f"archives: nothing new to pack")
+        done = pack(args.file, new, root=args.out)
+        left_out = len(set(entries)) - done["entries"]
+        print(f"{args.file}: {done['entries']} runs, {done['bytes'] / 1024:.0f} KiB"
+              + (f" ({left_out} left out: already in --skip archives)" if args.skip else ""))
         return 0
     for path in args.file_list:
         report = unpack(path, root=args.out)
@@ -387,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--configs", nargs="+", help="figures/NN_configs.jsonl files: the runs to pack")
     ap.add_argument("--experiment", nargs="+", help="experiments (results/NAME) whose every finished run to pack: an "
                                                    "unfinished grid so far")
+    ap.add_argument("--skip", nargs="+", metavar="ARCHIVE", help="archives whose runs to leave out (earlier batches "
+                                                                "of the same grid)")
     ap.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
     au = a_sub.add_parser("unpack", help="put the runs of archives into the cache, checked, where it has none")
     au.add_argument("file_list", nargs="+", metavar="FILE", help="archives written by `fedfrozen archive pack`")

@@ -151,3 +151,18 @@ def test_an_unfinished_grid_is_packed_by_its_experiment_without_its_partial_runs
         archive.finished("nope", root=root)
     with pytest.raises(ValueError, match=r"experiment '\.\./x' is not a folder name"):
         archive.finished("../x", root=root)
+
+
+def test_a_later_batch_leaves_out_the_runs_earlier_archives_hold(cached, tmp_path, capsys):
+    root, cfgs, _ = cached
+    first = _entries(cfgs)[:1]
+    archive.pack(tmp_path / "a.tar.xz", first, root=root)
+    assert archive.held(tmp_path / "a.tar.xz") == first
+    b = tmp_path / "b.tar.xz"
+    assert cli.main(["archive", "pack", str(b), "--experiment", "t", "--skip", str(tmp_path / "a.tar.xz"),
+                     "--out", str(root)]) == 0
+    assert "1 runs" in capsys.readouterr().out and archive.held(b) == sorted(set(archive.finished("t", root=root))
+                                                                             - set(first))
+    assert cli.main(["archive", "pack", str(tmp_path / "c.tar.xz"), "--experiment", "t", "--skip",
+                     str(tmp_path / "a.tar.xz"), str(b), "--out", str(root)]) == 2
+    assert "nothing new to pack" in capsys.readouterr().err and not (tmp_path / "c.tar.xz").exists()

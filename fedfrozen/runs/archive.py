@@ -7,7 +7,9 @@ entries as they are, every file of each (config.json, env.json, history.json, di
     fedfrozen archive pack archives/13_p4.tar.xz --configs figures/13_configs.jsonl   # what a notebook committed
     fedfrozen archive unpack archives/13_p4.tar.xz                                    # on the next machine
 
-puts them back where `run_or_load` finds them, and the grid goes on from there. Unpacking checks each entry as the
+puts them back where `run_or_load` finds them, and the grid goes on from there. A grid that spans several sittings
+packs each batch once: `fedfrozen archive pack archives/13_b.tar.xz --experiment fashion_mnist --skip archives/*.tar.xz`
+leaves out the runs that earlier archives already hold (`held`). Unpacking checks each entry as the
 cache does when it loads one (its digest, its History's config and rounds) and that its key is the key this version
 of the package gives its config: an entry of another package version, a damaged or an edited one is refused, naming
 it, and nothing of it is written. An entry already in the cache is left as it is (the cache's run is this machine's;
@@ -30,7 +32,7 @@ from pathlib import Path
 from ..base.io import atomic_dir, atomic_write
 from .experiments import _FILES, _problem, config_key, results_root
 
-__all__ = ["pack", "unpack", "configs_of", "finished", "ENTRY_FILES"]
+__all__ = ["pack", "unpack", "configs_of", "finished", "held", "ENTRY_FILES"]
 
 ENTRY_FILES = (*_FILES, "digest.json")
 _KEY = re.compile(r"[0-9a-f]{12}")
@@ -60,6 +62,12 @@ def finished(experiment: str, root=None) -> list[tuple[str, str]]:
     if not folder.is_dir():
         raise ValueError(f"experiment {experiment!r} has no folder under {results_root(root)}")
     return [(experiment, p.name) for p in sorted(folder.iterdir()) if p.is_dir() and _KEY.fullmatch(p.name)]
+
+
+def held(path) -> list[tuple[str, str]]:
+    """(experiment, key) of every entry of the archive `path`, sorted (its members checked as `unpack` reads them):
+    the runs an earlier batch already carries, to leave out of the next (`fedfrozen archive pack --skip`)."""
+    return sorted(_read(Path(path)))
 
 
 def _check_name(experiment: str, key: str) -> None:
