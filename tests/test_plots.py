@@ -24,6 +24,23 @@ def test_only_the_committed_profile_writes_figures(tmp_path, monkeypatch):
         plots.save_figure(fig, "99_x", "gpu")
 
 
+def test_a_figures_folder_set_in_the_environment_takes_every_profiles_output(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from fedfrozen import plots
+    from fedfrozen.base.io import FIGURES_ENV
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"  # a temp dir outside the project
+    (project / "notebooks").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv(FIGURES_ENV, str(elsewhere))  # tools/budget.py: a timing writes no figures/
+    for profile in ("cpu", "smoke"):
+        assert plots.save_table(pd.DataFrame({"a": [1.0]}), "99_x", profile) == str(elsewhere / "99_x.csv")
+    assert (elsewhere / "99_x.csv").exists()
+    assert not (project / "figures").exists() and not (project / "runs").exists()
+
+
 def test_select_profile_names_a_typo():
     from fedfrozen.studies.profiles import select
 

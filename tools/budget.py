@@ -3,14 +3,15 @@
     python tools/budget.py              # every notebook, in order, at the cpu profile
     python tools/budget.py 03 04        # some of them (runs of the earlier ones still count as already made)
 
-Each notebook is executed (nbclient, like tools/refresh_outputs.py; its outputs are not written back) with
-FEDFROZEN_RUN_LOG set, so that every run it loads or trains is logged with its training time: the sum of its
-rounds' seconds, measured when it was trained (fedfrozen.base.io.log_run). A run counts for the first notebook, in
-order, that uses it (later notebooks reuse it through the cache). From an empty cache a notebook trains its new runs
-`workers` at a time (fedfrozen.run_many: one per core), so its time is the sum of their seconds over the workers,
-plus its execution from the cache (measured here) and the pre-training of any pretrained start (not counted: a
-few minutes once per setting). Runs not in the cache are trained by the execution and their time measured as they
-are, so on an empty cache this tool is the end-to-end reproduction.
+Each notebook is executed (nbclient, like tools/refresh_outputs.py; its outputs are not written back, and its
+figures and tables go to a temp dir, FEDFROZEN_FIGURES, not to figures/) with FEDFROZEN_RUN_LOG set, so that every
+run it loads or trains is logged with its training time: the sum of its rounds' seconds, measured when it was
+trained (fedfrozen.base.io.log_run). A run counts for the first notebook, in order, that uses it (later notebooks
+reuse it through the cache). From an empty cache a notebook trains its new runs `workers` at a time
+(fedfrozen.run_many: one per core), so its time is the sum of their seconds over the workers, plus its execution
+from the cache (measured here) and the pre-training of any pretrained start (not counted: a few minutes once per
+setting). Runs not in the cache are trained by the execution and their time measured as they are, so on an empty
+cache this tool is the end-to-end reproduction.
 
 The paper's notebooks (PAPER) and all of them have a budget on the 2-core machine: 6 h and 8 h (README).
 
@@ -30,7 +31,7 @@ from pathlib import Path
 import nbclient
 import nbformat
 
-from fedfrozen.base.io import KERNEL_ARGS, RUN_LOG_ENV
+from fedfrozen.base.io import FIGURES_ENV, KERNEL_ARGS, RUN_LOG_ENV
 from fedfrozen.runs.experiments import results_root
 
 root = Path(__file__).resolve().parents[1]
@@ -75,8 +76,10 @@ def runs_of(log: Path) -> tuple[dict, int]:
 
 
 def execute(path: Path, log: Path) -> float:
-    """Execute the notebook at the cpu profile with its runs logged to `log`; returns the wall seconds."""
-    os.environ.update(FEDFROZEN_PROFILE="cpu", FEDFROZEN_PROGRESS="0", **{RUN_LOG_ENV: str(log)})
+    """Execute the notebook at the cpu profile with its runs logged to `log` and its figures and tables written
+    beside it (FEDFROZEN_FIGURES: the committed figures/ stay as they are); returns the wall seconds."""
+    os.environ.update(FEDFROZEN_PROFILE="cpu", FEDFROZEN_PROGRESS="0", **{RUN_LOG_ENV: str(log)},
+                      **{FIGURES_ENV: str(log.parent / "figures")})
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     nbclient.NotebookClient(nb, kernel_name="python3", timeout=6 * 3600, extra_arguments=KERNEL_ARGS,

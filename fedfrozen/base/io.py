@@ -22,11 +22,14 @@ from pathlib import Path
 __all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "cpu_model", "machine", "machine_id",
            "project_root", "notebooks", "DRY_RUN_ENV",
            "dry_run_settings", "THREADS_ENV", "threads_setting", "use_threads", "follow_threads", "RUN_LOG_ENV",
-           "log_run"]
+           "log_run", "FIGURES_ENV"]
 
 THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
 RUN_LOG_ENV = "FEDFROZEN_RUN_LOG"  # a JSON-lines file: one line per run a process loads or trains (tools/budget.py)
+# a folder that takes every figure and table instead of figures/ (tools/budget.py executes the notebooks into a
+# temp dir: a timing leaves the committed figures as they are)
+FIGURES_ENV = "FEDFROZEN_FIGURES"
 # Arguments of every notebook kernel the project starts (reproduce, dry-run, tools/refresh_outputs.py): the kernel's
 # own log (not the notebook's outputs, and not Python warnings of its cells) shows errors only, so its start-up line
 # "Kernel is running over TCP without encryption" (the kernel and its client both listen on 127.0.0.1 here) is not

@@ -5,16 +5,18 @@ project root (atomically), `save_table(df, "02_partitions", profile)` writes
 figures/02_partitions.csv with floats to 6 significant digits (a rerun on another machine then
 rewrites the same text). Only the committed profile (`profiles.COMMITTED`, cpu) writes there: under any other
 (smoke in CI, paper on a GPU) both go to runs/<profile>/figures/, so no run overwrites the committed figures;
-the profile is an explicit argument.
+the profile is an explicit argument. FEDFROZEN_FIGURES (fedfrozen.base.io.FIGURES_ENV), where set, names a folder
+that takes them instead under every profile (tools/budget.py's executions write there, not to figures/).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
-from ..base.io import atomic_write, project_root
+from ..base.io import FIGURES_ENV, atomic_write, project_root
 from ..inputs.partition import label_counts
 from .profiles import COMMITTED, PROFILES
 
@@ -27,17 +29,23 @@ PRECISE_FLOAT_FORMAT = "%.17g"  # round-trips every float64
 
 
 def figures_dir(profile: str) -> Path:
-    """figures/ at the project root under the committed profile (cpu), else runs/<profile>/figures/ (created)."""
+    """figures/ at the project root under the committed profile (cpu), else runs/<profile>/figures/ (created);
+    under any profile the folder FEDFROZEN_FIGURES names, where it is set."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {profile!r}")
     root = project_root()
-    folder = root / "figures" if profile == COMMITTED else root / "runs" / profile / "figures"
+    if os.environ.get(FIGURES_ENV):
+        folder = Path(os.environ[FIGURES_ENV]).resolve()
+    else:
+        folder = root / "figures" if profile == COMMITTED else root / "runs" / profile / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 def _relative(path: Path) -> str:
-    return str(path.relative_to(project_root()))
+    """`path` relative to the project root, or whole where it lies outside (FEDFROZEN_FIGURES)."""
+    root = project_root()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def save_figure(fig, name: str, profile: str) -> list[str]:
