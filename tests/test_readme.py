@@ -157,6 +157,25 @@ def test_the_readme_family_is_the_notebooks_tables_judged_together():
     assert again["p_holm"].to_numpy() == pytest.approx(family["p_holm"].to_numpy(), rel=1e-4)
 
 
+def test_a_run_stored_before_a_field_was_added_is_the_same_hypothesis(tmp_path):
+    """A configs file written by an earlier version lacks the fields added since (at their defaults); its run is the
+    same hypothesis as a later table's spelling of it, so the family counts it once (notebook 13's AdamW pair is
+    notebook 03's Dir 0.1 comparison with more seeds)."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import headline
+
+    import fedfrozen as ff
+
+    full = ff.Config(rounds=4, seed=3).to_dict()
+    old = {k: v for k, v in full.items() if k not in ("shift", "shift_groups", "min_samples_by")}
+    for name, cfg in (("a", full), ("b", old), ("c", {**full, "seed": 4}), ("d", {**full, "rounds": 5})):
+        (tmp_path / f"{name}_configs.jsonl").write_text(json.dumps({"key": name, "experiment": "t", "config": cfg}))
+    spelt = {n: headline._configs(tmp_path, n)[n] for n in "abcd"}
+    assert spelt["a"] == spelt["b"] == spelt["c"] != spelt["d"]  # up to the seed; another rounds is another
+
+
 def test_the_headline_intervals_agree_with_the_fill():
     """The headline figure draws each interval at its comparison's Holm level: it excludes 0 exactly where the
     family's verdict holds."""

@@ -45,13 +45,16 @@ FAMILY = ("The family: every comparison of notebooks 03–06 (their verdict tabl
 
 
 def _configs(folder, name: str) -> dict:
-    """key -> the run's config without its seed and where its data lives (config.WHERE_FIELDS), as JSON."""
-    from fedfrozen.engine.config import WHERE_FIELDS
+    """key -> the run's config without its seed and where its data lives (config.WHERE_FIELDS), as JSON, in this
+    version's full spelling (Config.from_dict(...).to_dict()): a configs file written before a field was added lacks
+    it, and its run (the same key) is still the same hypothesis as a later table's."""
+    from fedfrozen.engine.config import WHERE_FIELDS, Config
 
     out = {}
     for line in (folder / f"{name}_configs.jsonl").read_text().splitlines():
         row = json.loads(line)
-        cfg = {k: v for k, v in row["config"].items() if k != "seed" and k not in WHERE_FIELDS}
+        full = Config.from_dict(row["config"]).to_dict()
+        cfg = {k: v for k, v in full.items() if k != "seed" and k not in WHERE_FIELDS}
         out[row["key"]] = json.dumps(cfg, sort_keys=True)
     return out
 
