@@ -168,7 +168,7 @@ def test_the_checker_catches_a_drifted_number():
     drifted = f"d = {r.d + 0.321:+.3f} ± {r.half_width:.3f}"  # no row of the family has it
     assert problems(drifted, rows)
     assert problems("detects 97.3 points", rows) and problems("p = 0.987654", rows)
-    assert problems("no gain above 7.77 points", rows) and not problems("no gain above 0.35 points", rows)
+    assert problems("no gain above 7.77 points", rows) and not problems("no gain above 0.53 points", rows)
     assert holm_problems("Holm over 7", {61}) and not holm_problems("Holm over 61", {61})
 
 

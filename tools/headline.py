@@ -1,6 +1,6 @@
-"""The headline figure: every verdict of the claim notebooks (03-06) in one forest plot, judged as one family.
+"""The headline figure: every verdict of the claim notebooks (03-06, 13) in one forest plot, judged as one family.
 
-    python tools/headline.py            # reads figures/0[3-6]_verdicts.csv, writes figures/headline.{png,pdf}
+    python tools/headline.py            # reads figures/{03-06,13}_verdicts.csv, writes figures/headline.{png,pdf}
                                         # and figures/readme_verdicts.csv
     python tools/headline.py --profile smoke   # from runs/smoke/figures/ into the same folder
 
@@ -9,7 +9,7 @@ number the README's table quotes is its row's (tests/test_readme.py renders it a
 
 The notebooks write the verdict tables (`ff.tables.verdict_table`: each notebook's table is its own family) when
 they run; this draws them and judges all of them together as the README's family (`ff.tables.adjust`, Holm over
-every comparison of 03-06: the README quotes from this family), so the figure and readme_verdicts.csv are current
+every comparison of 03-06 and 13: the README quotes from this family), so the figure and readme_verdicts.csv are current
 whenever the notebooks' outputs are. The README and the book's front page show it.
 """
 
@@ -29,19 +29,20 @@ from fedfrozen import plots  # noqa: E402
 from fedfrozen import tables as ff_tables  # noqa: E402
 
 # The README's family, one definition: every comparison of the notebooks its table draws from (03-06: their verdict
-# tables, 06's drift family, 03 § 3's controlled cells and its rates), each hypothesis once. A hypothesis is the
-# measure and, for each arm, the configs of its runs up to the seed (and what the per-seed table measures in them:
-# MEASURE_SELECTORS); a comparison two tables make on the same hypothesis (notebook 04's T0 = 25% is 03's FedFrozen −
-# FedAvg; 03 § 3's Dir 0.05 cells re-use 04's α 0.05 runs) counts once, as the row with the most seeds (the first
-# table's, at equal n). Within one table every row is its own comparison. FAMILY says it in words under the table.
-NOTEBOOKS = ("03", "04", "05", "06", "06_drift", "03_controls", "03_rate_sensitivity")
+# tables, 06's drift family, 03 § 3's controlled cells and its rates; 13: C1 and C2 beyond one recipe), each
+# hypothesis once. A hypothesis is the measure and, for each arm, the configs of its runs up to the seed (and what the
+# per-seed table measures in them: MEASURE_SELECTORS); a comparison two tables make on the same hypothesis (notebook
+# 04's T0 = 25% is 03's FedFrozen − FedAvg; 03 § 3's Dir 0.05 cells re-use 04's α 0.05 runs; 13's AdamW cell is 03's
+# Dir 0.1 pair at 15 seeds) counts once, as the row with the most seeds (the first table's, at equal n). Within one
+# table every row is its own comparison. FAMILY says it in words under the table.
+NOTEBOOKS = ("03", "04", "05", "06", "06_drift", "03_controls", "03_rate_sensitivity", "13")
 # the per-seed table and the configs each verdict table follows from (where they are not its own name's)
 SOURCES = {"06_drift": ("06_drift", "06"), "03_rate_sensitivity": ("03_controls", "03_controls")}
 # per-seed columns that choose what is measured in a run, not which run (06's drift of each group)
 MEASURE_SELECTORS = ("group",)
-FAMILY = ("The family: every comparison of notebooks 03–06 (their verdict tables, 06's drift of each group against "
-          "Q/K's, 03 § 3's controlled cells and its rates), each hypothesis once (the same measure on arms whose "
-          "configs agree up to the seed counts once, with its most seeds): {n} comparisons, Holm at 0.05.")
+FAMILY = ("The family: every comparison of notebooks 03–06 and 13 (their verdict tables, 06's drift of each group "
+          "against Q/K's, 03 § 3's controlled cells and its rates), each hypothesis once (the same measure on arms "
+          "whose configs agree up to the seed counts once, with its most seeds): {n} comparisons, Holm at 0.05.")
 
 
 def _configs(folder, name: str) -> dict:
@@ -115,7 +116,7 @@ README_END = "<!-- verdicts: end -->"
 README_ROWS = [
     ("C1 stability and performance", "base, IID", [("FedFrozen − FedAvg, iid", "accuracy")]),
     ("C1", "base, Dir 0.5", [("FedFrozen − FedAvg, dirichlet:0.5", "accuracy")]),
-    ("C1", "base, Dir 0.1", [("FedFrozen − FedAvg, dirichlet:0.1", "accuracy"),
+    ("C1", "base, Dir 0.1", [("FedFrozen T0 25% − FedAvg, both at 0.003, adamw", "accuracy"),  # 03's, at 15 seeds
                              ("FedFrozen − FedAvg, dirichlet:0.1: oscillation", "oscillation")]),
     ("C1", "pretrained, Dir 0.1", [("FedFrozen − FedAvg, dirichlet:0.1, pretrained", "one body"),
                                    ("FedFrozen T0 25% − FedAvg, bodies, Dir 0.1", "a body per seed")]),
@@ -129,6 +130,9 @@ README_ROWS = [
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained: oscillation", "oscillation")]),
     ("C1", "five local epochs, Dir 0.1", [("FedFrozen T0 25% − FedAvg, local5, Dir 0.1", "scratch"),
                                           ("FedFrozen − FedAvg, dirichlet:0.1, local5_pretrained", "pretrained")]),
+    ("C1", "feature shift, IID labels", [
+        ("FedFrozen T0 25% − FedAvg, both at 0.003, rotation", "rotation"),
+        ("FedFrozen T0 25% − FedAvg, both at 0.003, patch_permutation", "patch order")]),
     ("C1 against the baselines", "base, Dir 0.1, AdamW", [
         ("FedFrozen − FedProx (AdamW), dirichlet:0.1", "− FedProx"),
         ("FedFrozen − SCAFFOLD (AdamW, option I), dirichlet:0.1", "− SCAFFOLD")]),
@@ -138,6 +142,11 @@ README_ROWS = [
                           ("FedFrozen T0 0% − FedAvg, bodies, Dir 0.1", "T0 0, a body per seed"),
                           ("T0 = 50% of T − FedAvg, α=0.1, pretrained", "T0 50%, α 0.1"),
                           ("T0 = 0% of T − FedAvg, α=0.5, pretrained", "T0 0, α 0.5")]),
+    ("C2", "feature shift, IID labels", [
+        ("FedFrozen T0 0% − FedAvg, both at 0.003, rotation", "T0 0, rotation"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, rotation", "T0 50%, rotation"),
+        ("FedFrozen T0 0% − FedAvg, both at 0.003, patch_permutation", "T0 0, patch order"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, patch_permutation", "T0 50%, patch order")]),
     ("C2", "constant rate, both arms at one rate", [
         ("FedFrozen T0 50% − FedAvg, both at 0.003, constant, Dir 0.1", "T0 50%, 3e-3, α 0.1"),
         ("FedFrozen T0 50% − FedAvg, both at 0.001, constant, Dir 0.1", "T0 50%, 1e-3, α 0.1"),
