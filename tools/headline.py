@@ -130,9 +130,12 @@ README_ROWS = [
         ("FedFrozen − FedAvg, dirichlet:0.1, constant_pretrained: oscillation", "oscillation")]),
     ("C1", "five local epochs, Dir 0.1", [("FedFrozen T0 25% − FedAvg, local5, Dir 0.1", "scratch"),
                                           ("FedFrozen − FedAvg, dirichlet:0.1, local5_pretrained", "pretrained")]),
+    ("C1", "plain local SGD (5 epochs, 240 rounds), Dir 0.1", [
+        ("FedFrozen T0 25% − FedAvg, both at 0.3, sgd", "accuracy")]),
     ("C1", "feature shift, IID labels", [
         ("FedFrozen T0 25% − FedAvg, both at 0.003, rotation", "rotation"),
         ("FedFrozen T0 25% − FedAvg, both at 0.003, patch_permutation", "patch order")]),
+    ("C1", "49 tokens, Dir 0.1", [("FedFrozen T0 25% − FedAvg, both at 0.003, p4", "accuracy")]),
     ("C1 against the baselines", "base, Dir 0.1, AdamW", [
         ("FedFrozen − FedProx (AdamW), dirichlet:0.1", "− FedProx"),
         ("FedFrozen − SCAFFOLD (AdamW, option I), dirichlet:0.1", "− SCAFFOLD")]),
@@ -147,6 +150,10 @@ README_ROWS = [
         ("FedFrozen T0 50% − FedAvg, both at 0.003, rotation", "T0 50%, rotation"),
         ("FedFrozen T0 0% − FedAvg, both at 0.003, patch_permutation", "T0 0, patch order"),
         ("FedFrozen T0 50% − FedAvg, both at 0.003, patch_permutation", "T0 50%, patch order")]),
+    ("C2", "plain local SGD; 49 tokens, Dir 0.1", [
+        ("FedFrozen T0 50% − FedAvg, both at 0.3, sgd", "T0 50%, SGD"),
+        ("FedFrozen T0 0% − FedAvg, both at 0.003, p4", "T0 0, 49 tokens"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, p4", "T0 50%, 49 tokens")]),
     ("C2", "constant rate, both arms at one rate", [
         ("FedFrozen T0 50% − FedAvg, both at 0.003, constant, Dir 0.1", "T0 50%, 3e-3, α 0.1"),
         ("FedFrozen T0 50% − FedAvg, both at 0.001, constant, Dir 0.1", "T0 50%, 1e-3, α 0.1"),
