@@ -58,6 +58,31 @@ def test_same_seed_same_weights_and_the_second_run_loads_them(monkeypatch):
     assert not all(torch.equal(first[k], v) for k, v in ff.loop.prepare(other).model.state_dict().items())
 
 
+def test_a_second_process_waits_for_the_weights_another_is_making_and_loads_them(monkeypatch):
+    """Two workers of a grid that need one body train it once: the second waits on the key's lock and loads."""
+    import threading
+    import time
+
+    from fedfrozen.base.io import file_lock
+
+    cfg = tiny_config(**PRE)
+    train, _ = ff.data.load(cfg.dataset, cfg.data_root)
+    path = pretrain.cache_dir() / f"{pretrain.weights_key(cfg)}.pt"
+    path.parent.mkdir(parents=True)
+    trained, got = [], []
+    monkeypatch.setattr(pretrain, "_train", lambda *a, **k: trained.append(1) or {"w": torch.zeros(1)})
+    made = {"w": torch.ones(3)}
+    with file_lock(path.parent / f".{path.stem}.lock"):  # the first process, training
+        waiter = threading.Thread(target=lambda: got.append(pretrain.pretrained_state(cfg, train, 10, {})))
+        waiter.start()
+        time.sleep(0.5)
+        assert not got  # still waiting
+        torch.save(made, path)  # the first process's weights land
+    waiter.join(timeout=30)
+    assert not trained and torch.equal(got[0]["w"], made["w"])
+    assert not (path.parent / f".{path.stem}.lock").exists()
+
+
 def test_rotation_keeps_the_body_and_gives_the_run_its_own_head():
     cfg = tiny_config(**PRE)
     state = ff.loop.prepare(cfg).model.state_dict()

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..base.io import atomic_write, project_root
+from ..base.io import atomic_write, file_lock, project_root
 from ..base.rng import seed_for
 from ..inputs import data
 from ..methods.settings import Settings, component, setting
@@ -140,12 +140,18 @@ def _train(cfg, train: data.Split, num_classes: int, kw: dict) -> dict:
 
 
 def pretrained_state(cfg, train: data.Split, num_classes: int, kw: dict) -> dict:
-    """The pretrained state_dict of `cfg`: loaded from the cache, else trained once and cached (atomically)."""
+    """The pretrained state_dict of `cfg`: loaded from the cache, else trained once and cached (atomically). Under
+    an advisory lock per key (`.<key>.lock`): a second process that needs the same weights (run_many's workers on
+    a grid's pretrained runs of one seed) waits for the first and loads its file instead of training them again."""
     path = cache_dir() / f"{weights_key(cfg)}.pt"
     if path.is_file():
         return torch.load(path, map_location="cpu", weights_only=True)
-    state = _train(cfg, train, num_classes, kw)
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(path.parent / f".{path.stem}.lock", remove=True):
+        if path.is_file():  # made by the process this one waited for
+            return torch.load(path, map_location="cpu", weights_only=True)
+        state = _train(cfg, train, num_classes, kw)
+        atomic_write(path, lambda tmp: torch.save(state, tmp))
     return state
 
 
