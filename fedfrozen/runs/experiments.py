@@ -38,6 +38,7 @@ from pathlib import Path
 from ..base.history import History
 from ..base.io import atomic_dir, dry_run_settings, file_lock, log_run, project_root
 from ..engine.loop import CheckpointError, run
+from ..inputs import data
 
 __all__ = ["run_or_load", "run_many", "config_key", "asked", "results_root", "CHECKPOINT_SECONDS", "CheckpointError",
            "RunningElsewhere", "BACKENDS"]
@@ -233,6 +234,8 @@ def run_or_load(cfg, root=None, experiment: str = "default", force: bool = False
     if dry is not None:
         return _dry_run(cfg, dry, root, experiment)
     folder = results_root(root) / experiment / key
+    if force or not (folder / "history.json").is_file():  # it will train: its data must be there (a cached run
+        data.require(cfg.dataset, cfg.data_root, cfg.download)  # loads without them)
     _writable(folder.parent)
 
     def waiting():
