@@ -34,6 +34,32 @@ def test_history_load_names_the_file(tmp_path):
         ff.History.load(bad)
 
 
+def test_run_many_starts_one_run_per_body_to_be_made_then_the_runs_that_need_none(tmp_path, monkeypatch):
+    """Two workers never wait on one pre-trained body: the first run of each body not yet cached starts first, then
+    the runs without one, then the other runs of each body (pretrained_state's lock makes them wait)."""
+    from fedfrozen import pretrain
+
+    monkeypatch.setattr(pretrain, "cache_dir", lambda: tmp_path / "pretrained")
+    pre = dict(init="pretrained", train_subset=1000, pretrain_epochs=1, rounds=1)
+    a0, a1 = tiny_config(**pre, seed=0, pretrain_seed=0), tiny_config(**pre, seed=1, pretrain_seed=0)
+    b0 = tiny_config(**pre, seed=2, pretrain_seed=1)
+    s0, s1 = tiny_config(rounds=1, seed=3), tiny_config(rounds=1, seed=4)
+    cfgs = [a0, a1, s0, b0, s1]
+    assert experiments._bodies_first(cfgs) == [a0, b0, s0, s1, a1]
+    started = []
+    real = experiments.run_or_load
+
+    def spy(cfg, *a, **k):
+        started.append(cfg.seed)
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(experiments, "run_or_load", spy)
+    ff.run_many(cfgs, root=tmp_path, experiment="t", workers=1, progress=False)
+    assert started[:5] == [0, 2, 3, 4, 1]
+    # a body already cached makes nothing: its runs are ordinary runs, in their order
+    assert experiments._bodies_first([a1, s0, a0]) == [a1, s0, a0]
+
+
 def test_run_many_retrains_a_corrupt_entry(tmp_path):
     cfgs = [tiny_config(rounds=1, seed=s) for s in (0, 1)]
     ff.run_many(cfgs, root=tmp_path, experiment="t", workers=1, progress=False)

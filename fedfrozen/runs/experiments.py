@@ -354,6 +354,26 @@ def _work(cfg) -> float:
     return cfg.rounds * (per_round or 1)
 
 
+def _bodies_first(cfgs: list) -> list:
+    """`cfgs` (longest first) reordered for a parallel grid: first one run for each pre-trained body that is not yet
+    cached (it trains the body), then the runs that need no body to be made, then the other runs of those bodies;
+    each group in its given order. A worker then never waits on a body that another is training (the lock of
+    pretrain.pretrained_state) while runs that need none are left."""
+    from ..engine import pretrain
+
+    makers, free, after, seen = [], [], [], set()
+    for cfg in cfgs:
+        key = pretrain.weights_key(cfg) if cfg.init == "pretrained" else None
+        if key is None or (pretrain.cache_dir() / f"{key}.pt").is_file():
+            free.append(cfg)
+        elif key in seen:
+            after.append(cfg)
+        else:
+            seen.add(key)
+            makers.append(cfg)
+    return makers + free + after
+
+
 def run_many(cfgs, root=None, experiment: str = "default", workers: int | None = None,
              progress: bool = True, backend: str | None = None, checkpoint_seconds: float = CHECKPOINT_SECONDS) -> list:
     """Histories of many configs, in order: cached ones loaded, the rest trained in parallel.
@@ -381,9 +401,11 @@ def run_many(cfgs, root=None, experiment: str = "default", workers: int | None =
     if dry_run_settings() is not None:  # a dry run times each config alone, in this process
         return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]
     missing = {}
-    for cfg in sorted(cfgs, key=_work, reverse=True):  # the longest first: no long run left alone at the end
+    # the longest first (no long run left alone at the end), the runs that make a pre-trained body before the rest
+    for cfg in sorted(cfgs, key=_work, reverse=True):
         if _load_cached(Path(root) / experiment / config_key(cfg), cfg) is None:
             missing.setdefault(config_key(cfg), cfg)
+    missing = {config_key(cfg): cfg for cfg in _bodies_first(list(missing.values()))}
     workers = workers or os.cpu_count() or 1
     if missing and backend == "ray":
         _run_on_ray(list(missing.values()), root, experiment, workers, progress, checkpoint_seconds)
