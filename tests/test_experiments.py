@@ -34,6 +34,19 @@ def test_history_load_names_the_file(tmp_path):
         ff.History.load(bad)
 
 
+def _record_starts(monkeypatch, field: str) -> list:
+    """A list that gets `field` of each config run_or_load is called with, in order (run_many's workers=1 path)."""
+    started = []
+    real = experiments.run_or_load
+
+    def spy(cfg, *a, **k):
+        started.append(getattr(cfg, field))
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(experiments, "run_or_load", spy)
+    return started
+
+
 def test_run_many_starts_one_run_per_body_to_be_made_then_the_runs_that_need_none(tmp_path, monkeypatch):
     """Two workers never wait on one pre-trained body: the first run of each body not yet cached starts first, then
     the runs without one, then the other runs of each body (pretrained_state's lock makes them wait)."""
@@ -46,14 +59,7 @@ def test_run_many_starts_one_run_per_body_to_be_made_then_the_runs_that_need_non
     s0, s1 = tiny_config(rounds=1, seed=3), tiny_config(rounds=1, seed=4)
     cfgs = [a0, a1, s0, b0, s1]
     assert experiments._bodies_first(cfgs) == [a0, b0, s0, s1, a1]
-    started = []
-    real = experiments.run_or_load
-
-    def spy(cfg, *a, **k):
-        started.append(cfg.seed)
-        return real(cfg, *a, **k)
-
-    monkeypatch.setattr(experiments, "run_or_load", spy)
+    started = _record_starts(monkeypatch, "seed")
     ff.run_many(cfgs, root=tmp_path, experiment="t", workers=1, progress=False)
     assert started[:5] == [0, 2, 3, 4, 1]
     # a body already cached makes nothing: its runs are ordinary runs, in their order
@@ -73,14 +79,7 @@ def test_run_many_trains_the_longest_first_and_returns_in_the_given_order(tmp_pa
     """The missing runs start longest first (a long run left for last would run alone on one core); the Histories
     come back in the order of the configs, each the one run alone gives."""
     cfgs = [tiny_config(rounds=1, seed=0), tiny_config(rounds=3, seed=1), tiny_config(rounds=2, seed=2)]
-    started = []
-    real = experiments.run_or_load
-
-    def spy(cfg, *a, **k):
-        started.append(cfg.rounds)
-        return real(cfg, *a, **k)
-
-    monkeypatch.setattr(experiments, "run_or_load", spy)
+    started = _record_starts(monkeypatch, "rounds")
     hists = ff.run_many(cfgs, root=tmp_path, experiment="t", workers=1, progress=False)
     assert started[:3] == [3, 2, 1]  # trained longest first (then the three loaded back, in the given order)
     assert [len(h) for h in hists] == [1, 3, 2] and hists[1].same_as(ff.run(cfgs[1], progress=False))
