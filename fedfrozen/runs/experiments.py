@@ -401,11 +401,11 @@ def run_many(cfgs, root=None, experiment: str = "default", workers: int | None =
     if dry_run_settings() is not None:  # a dry run times each config alone, in this process
         return [run_or_load(cfg, root=root, experiment=experiment, progress=False) for cfg in cfgs]
     missing = {}
-    # the longest first (no long run left alone at the end), the runs that make a pre-trained body before the rest
-    for cfg in sorted(cfgs, key=_work, reverse=True):
+    for cfg in sorted(cfgs, key=_work, reverse=True):  # the longest first: no long run left alone at the end
         if _load_cached(Path(root) / experiment / config_key(cfg), cfg) is None:
             missing.setdefault(config_key(cfg), cfg)
-    missing = {config_key(cfg): cfg for cfg in _bodies_first(list(missing.values()))}
+    key_of = {id(cfg): key for key, cfg in missing.items()}  # (a key is not computed twice: it may read the data)
+    missing = {key_of[id(cfg)]: cfg for cfg in _bodies_first(list(missing.values()))}  # bodies' makers first
     workers = workers or os.cpu_count() or 1
     if missing and backend == "ray":
         _run_on_ray(list(missing.values()), root, experiment, workers, progress, checkpoint_seconds)
