@@ -1,4 +1,4 @@
-"""The headline figure: every verdict of the claim notebooks (03-06, 13) in one forest plot, judged as one family.
+"""The headline figure: every verdict of the claim notebooks (03-06, 13, 14) in one forest plot, judged as one family.
 
     python tools/headline.py            # reads figures/{03-06,13}_verdicts.csv, writes figures/headline.{png,pdf}
                                         # and figures/readme_verdicts.csv
@@ -35,14 +35,16 @@ from fedfrozen import tables as ff_tables  # noqa: E402
 # 04's T0 = 25% is 03's FedFrozen − FedAvg; 03 § 3's Dir 0.05 cells re-use 04's α 0.05 runs; 13's AdamW cell is 03's
 # Dir 0.1 pair at 15 seeds) counts once, as the row with the most seeds (the first table's, at equal n). Within one
 # table every row is its own comparison. FAMILY says it in words under the table.
-NOTEBOOKS = ("03", "04", "05", "06", "06_drift", "03_controls", "03_rate_sensitivity", "13")
+NOTEBOOKS = ("03", "04", "05", "06", "06_drift", "03_controls", "03_rate_sensitivity", "13", "14", "14_drift")
 # the per-seed table and the configs each verdict table follows from (where they are not its own name's)
-SOURCES = {"06_drift": ("06_drift", "06"), "03_rate_sensitivity": ("03_controls", "03_controls")}
+SOURCES = {"06_drift": ("06_drift", "06"), "03_rate_sensitivity": ("03_controls", "03_controls"),
+           "14_drift": ("14_drift", "14")}
 # per-seed columns that choose what is measured in a run, not which run (06's drift of each group)
 MEASURE_SELECTORS = ("group",)
-FAMILY = ("The family: every comparison of notebooks 03–06 and 13 (their verdict tables, 06's drift of each group "
-          "against Q/K's, 03 § 3's controlled cells and its rates), each hypothesis once (the same measure on arms "
-          "whose configs agree up to the seed counts once, with its most seeds): {n} comparisons, Holm at 0.05.")
+FAMILY = ("The family: every comparison of notebooks 03–06, 13 and 14 (their verdict tables, 06's and 14's drift of "
+          "each group against Q/K's, 03 § 3's controlled cells and its rates), each hypothesis once (the same "
+          "measure on arms whose configs agree up to the seed counts once, with its most seeds): {n} comparisons, "
+          "Holm at 0.05.")
 
 
 def _configs(folder, name: str) -> dict:
@@ -136,6 +138,11 @@ README_ROWS = [
         ("FedFrozen T0 25% − FedAvg, both at 0.003, rotation", "rotation"),
         ("FedFrozen T0 25% − FedAvg, both at 0.003, patch_permutation", "patch order")]),
     ("C1", "49 tokens, Dir 0.1", [("FedFrozen T0 25% − FedAvg, both at 0.003, p4", "accuracy")]),
+    ("C1", "text: Shakespeare roles, scratch", [
+        ("FedFrozen T0 25% − FedAvg, both at 0.003, scratch", "3e-3"),
+        ("FedFrozen T0 25% − FedAvg, both at 0.03, scratch", "3e-2")]),
+    ("C1", "text: Shakespeare roles, pretrained", [
+        ("FedFrozen T0 25% − FedAvg, both at 0.001, pretrained", "accuracy")]),
     ("C1 against the baselines", "base, Dir 0.1, AdamW", [
         ("FedFrozen − FedProx (AdamW), dirichlet:0.1", "− FedProx"),
         ("FedFrozen − SCAFFOLD (AdamW, option I), dirichlet:0.1", "− SCAFFOLD")]),
@@ -154,6 +161,13 @@ README_ROWS = [
         ("FedFrozen T0 50% − FedAvg, both at 0.3, sgd", "T0 50%, SGD"),
         ("FedFrozen T0 0% − FedAvg, both at 0.003, p4", "T0 0, 49 tokens"),
         ("FedFrozen T0 50% − FedAvg, both at 0.003, p4", "T0 50%, 49 tokens")]),
+    ("C2", "text: Shakespeare roles", [
+        ("FedFrozen T0 0% − FedAvg, both at 0.003, scratch", "T0 0, scratch 3e-3"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, scratch", "T0 50%, scratch 3e-3"),
+        ("FedFrozen T0 0% − FedAvg, both at 0.03, scratch", "T0 0, scratch 3e-2"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.03, scratch", "T0 50%, scratch 3e-2"),
+        ("FedFrozen T0 0% − FedAvg, both at 0.001, pretrained", "T0 0, pretrained"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.001, pretrained", "T0 50%, pretrained")]),
     ("C2", "constant rate, both arms at one rate", [
         ("FedFrozen T0 50% − FedAvg, both at 0.003, constant, Dir 0.1", "T0 50%, 3e-3, α 0.1"),
         ("FedFrozen T0 50% − FedAvg, both at 0.001, constant, Dir 0.1", "T0 50%, 1e-3, α 0.1"),
@@ -166,10 +180,25 @@ README_ROWS = [
     ("C3", "constant rate, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, constant: value drift", "drift, λ 0.01"),
                                       ("value L2 λ=0.1 − λ=0, α=0.1, constant: value drift", "drift, λ 0.1"),
                                       ("value L2 λ=0.01 − λ=0, α=0.1, constant", "accuracy, λ 0.01")]),
+    ("C3", "text: Shakespeare roles, scratch", [
+        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.003, scratch: value drift", "drift, 3e-3"),
+        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.03, scratch: value drift", "drift, 3e-2"),
+        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.003, scratch", "accuracy, 3e-3"),
+        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.03, scratch", "accuracy, 3e-2")]),
+    ("C3", "text: Shakespeare roles, pretrained", [
+        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.001, pretrained: value drift", "drift, 1e-3"),
+        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.001, pretrained", "accuracy, 1e-3")]),
     ("C4 subcomponents respond differently", "base, Dir 0.1", [("v drift − Q/K drift, FedAvg", "drift V − Q/K"),
                                                                ("attn_out drift − Q/K drift, FedAvg", "output − Q/K")]),
     ("C4", "pretrained, Dir 0.1", [("v drift − Q/K drift, FedAvg, pretrained", "drift V − Q/K"),
                                    ("attn_out drift − Q/K drift, FedAvg, pretrained", "output − Q/K")]),
+    ("C4", "text: Shakespeare roles", [
+        ("v drift − Q/K drift, FedAvg at 0.003, scratch", "V − Q/K, scratch 3e-3"),
+        ("attn_out drift − Q/K drift, FedAvg at 0.003, scratch", "output − Q/K, scratch 3e-3"),
+        ("v drift − Q/K drift, FedAvg at 0.03, scratch", "V − Q/K, scratch 3e-2"),
+        ("attn_out drift − Q/K drift, FedAvg at 0.03, scratch", "output − Q/K, scratch 3e-2"),
+        ("v drift − Q/K drift, FedAvg at 0.001, pretrained", "V − Q/K, pretrained"),
+        ("attn_out drift − Q/K drift, FedAvg at 0.001, pretrained", "output − Q/K, pretrained")]),
     ("C4 freezing each group", "base, Dir 0.1", [("freeze V − FedAvg", "freeze V"),
                                                  ("freeze all attention − FedAvg", "all attention")]),
     ("C4 freezing each group", "pretrained, Dir 0.1", [("freeze V − FedAvg, pretrained", "freeze V"),
