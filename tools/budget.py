@@ -47,10 +47,9 @@ IDLE_ROUND, IDLE_EPOCH = 0.114, 0.269  # seconds a round: evaluation and overhea
 MODEL_COST = {"linear_vit": (0.88, 0.86), "swin_tiny_patch4_window7_224": (1.43, 2.92),
               "cait_xxs24_224": (1.33, 1.40),
               "vit_fmnist_p4": (1.98, 4.58),  # notebook 13's 49 tokens (measured with two runs and tests beside it)
-              # notebook 14's text model: a step 2.22x (benchmarks/text_cost.py); its evaluation factor is fitted to
-              # the runs (seeds 11-14's 24, two at a time with nothing else, AMD EPYC: 240 s a run; 3.1x, a window
-              # at 6.24x an image over half the ViT's evaluation set, priced 135 s: it left out the 50,000-window
-              # final pass and the per-client held-out windows)
+              # notebook 14's text model: a step 2.22x (benchmarks/text_cost.py); the evaluation factor is fitted to
+              # its measured runs (seeds 11-14's 24, two at a time, nothing else, AMD EPYC: 240 s a run), since a
+              # per-evaluation factor (3.1x) priced 135 s and left out the 50,000-window final pass
               "char_transformer": (2.22, 12.3)}
 
 

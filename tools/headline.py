@@ -1,6 +1,6 @@
 """The headline figure: every verdict of the claim notebooks (03-06, 13, 14) in one forest plot, judged as one family.
 
-    python tools/headline.py            # reads figures/{03-06,13}_verdicts.csv, writes figures/headline.{png,pdf}
+    python tools/headline.py            # reads figures/{03-06,13,14}_verdicts.csv, writes figures/headline.{png,pdf}
                                         # and figures/readme_verdicts.csv
     python tools/headline.py --profile smoke   # from runs/smoke/figures/ into the same folder
 
