@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # headline, the tool that renders the README's table
 README = (ROOT / "README.md").read_text()
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.M | re.S)
 
@@ -131,10 +132,9 @@ def test_the_readme_family_is_the_notebooks_tables_judged_together():
     """readme_verdicts.csv is the verdict tables of 03-06 (06's drift family, 03 § 3's controls and rates included)
     adjusted as one family, each table also adjusted alone; each hypothesis (the measure and both arms' configs up to
     the seed) counts once, as its row with the most seeds (headline.FAMILY)."""
-    import fedfrozen as ff
-
-    sys.path.insert(0, str(ROOT / "tools"))
     import headline
+
+    import fedfrozen as ff
 
     frames = [pd.read_csv(ROOT / "figures" / f"{nb}_verdicts.csv", index_col=0) for nb in headline.NOTEBOOKS]
     for f in frames:  # each notebook's table is its own family
@@ -164,7 +164,6 @@ def test_a_run_stored_before_a_field_was_added_is_the_same_hypothesis(tmp_path):
     notebook 03's Dir 0.1 comparison with more seeds)."""
     import json
 
-    sys.path.insert(0, str(ROOT / "tools"))
     import headline
 
     import fedfrozen as ff
