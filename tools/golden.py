@@ -4,11 +4,19 @@ refactoring changes no result (issue: one round shared by the loop and Flower).
     python tools/golden.py record      # write tests/golden/histories.json for this machine
     python tools/golden.py check       # compare; prints every case that differs (exit 1 if any)
     python tools/golden.py record NAME...   # record (or re-record) only these cases
+    python tools/golden.py adopt       # re-key a record made before the signature named the capability
 
 A fingerprint is the SHA-256 of the History's rows without wall-clock columns (floats exactly as stored) and
 its divergence flag. Float sums depend on the CPU's vector units and on torch's build, so fingerprints are
-kept per machine signature (torch version, CPU model, thread count 1); tests/test_golden.py compares on a
-machine that has a record and says so where it has none. Record before a change, check after it.
+kept per machine signature (`ff.io.machine` at one thread: torch's version and BLAS, the CPU's name, torch's CPU
+capability and the instruction-set flags that matter, the architecture); tests/test_golden.py compares only
+against the record whose whole signature is this machine's, and skips, naming the signature, where there is none.
+Record before a change, check after it.
+
+Records written before the signature named the capability (keys "torch ... | CPU name | arch") cannot say which
+arithmetic made them: they are kept as they are, compared against nothing, and `adopt` re-keys one under this
+machine's signature only if every one of its cases comes out bit for bit here (then this machine's arithmetic is
+the one that made it).
 """
 
 from __future__ import annotations
@@ -79,6 +87,32 @@ def machine() -> str:
     return signature(threads=1).rsplit(" | ", 1)[0]
 
 
+def cpu_name(key: str) -> str:
+    """The CPU name in a record's key, of either form ("torch V[, blas B] | CPU name | ...")."""
+    return key.split(" | ")[1]
+
+
+def record_for(saved: dict, key: str) -> tuple[dict | None, str]:
+    """This machine's record in `saved` (the whole signature `key` must match) and, where there is none, why: the
+    signature looked for and the records of the same CPU name that do not match it (another capability, flags or
+    build, or a legacy key that names the CPU only)."""
+    from fedfrozen.base.io import legacy_signature
+
+    if key in saved:
+        return saved[key], ""
+    same_name = [k for k in saved if cpu_name(k) == cpu_name(key)]
+    why = f"no golden record for this machine's signature ({key})"
+    if same_name:
+        legacy = [k for k in same_name if legacy_signature(k)]
+        other = [k for k in same_name if not legacy_signature(k)]
+        if other:
+            why += f"; the records of the same CPU name are of other arithmetic: {other}"
+        if legacy:
+            why += (f"; {legacy} names the CPU only (made before the signature named the capability): "
+                    f"`python tools/golden.py adopt` re-keys it if this machine reproduces it bit for bit")
+    return None, f"{why}; float sums differ across CPUs: `python tools/golden.py record` makes one, before a change"
+
+
 def history(fields: dict):
     """The History of one case; `resume_at` k: stopped after round k with a checkpoint, then resumed from it."""
     import tempfile
@@ -109,9 +143,11 @@ def compute(names=None) -> dict:
 
 
 def main(argv) -> int:
-    if not argv or argv[0] not in ("record", "check") or (argv[0] == "check" and len(argv) > 1):
-        print("\n".join(__doc__.strip().splitlines()[2:5]), file=sys.stderr)
+    if not argv or argv[0] not in ("record", "check", "adopt") or (argv[0] != "record" and len(argv) > 1):
+        print("\n".join(__doc__.strip().splitlines()[2:6]), file=sys.stderr)
         return 2
+    if argv[0] == "adopt":
+        return adopt()
     names = argv[1:] or None
     unknown = sorted(set(names or ()) - set(cases()))
     if unknown:
@@ -125,9 +161,9 @@ def main(argv) -> int:
         FILE.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
         print(f"recorded {len(got)} fingerprints for {machine()} in {FILE}")
         return 0
-    ref = saved.get(machine())
+    ref, why = record_for(saved, machine())
     if ref is None:
-        print(f"no record for this machine ({machine()}); records: {list(saved)}")
+        print(f"{why}; records: {list(saved)}")
         return 1
     missing = sorted(k for k in got if k not in ref)
     differ = sorted(k for k in got if k in ref and ref[k] != got[k])
@@ -137,6 +173,32 @@ def main(argv) -> int:
         print(f"differs: {k}")
     print(f"{len(got) - len(differ) - len(missing)} of {len(got)} Histories bit-identical to the record")
     return 1 if differ or missing else 0
+
+
+def adopt() -> int:
+    """Re-key the legacy record of this CPU's name under this machine's whole signature, if every case it holds
+    comes out here bit for bit (exit 1, nothing written, where one differs or there is none)."""
+    from fedfrozen.base.io import legacy_signature
+
+    saved = json.loads(FILE.read_text())
+    key = machine()
+    legacy = [k for k in saved if legacy_signature(k) and cpu_name(k) == cpu_name(key)]
+    if not legacy:
+        print(f"no legacy record of this CPU's name ({cpu_name(key)}); records: {list(saved)}")
+        return 1
+    for old in legacy:
+        ref = saved[old]
+        got = compute(set(ref) & set(cases()))
+        differ = sorted(k for k in got if got[k] != ref[k])
+        if differ or set(got) != set(ref):
+            print(f"{old}: {len(differ)} of {len(ref)} cases differ here ({differ[:5]}...): another machine's "
+                  f"arithmetic made it; left as it is")
+            continue
+        saved[key] = {**saved.pop(old), **saved.get(key, {})}
+        FILE.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
+        print(f"{old}: all {len(ref)} cases bit-identical here; re-keyed as {key}")
+        return 0
+    return 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "cpu_model", "machine", "machine_id",
+__all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "cpu_model", "cpu_flags", "cpu_capability",
+           "cpu_numerics", "blas", "NUMERIC_FLAGS", "machine", "legacy_signature", "machine_id",
            "project_root", "notebooks", "DRY_RUN_ENV",
            "dry_run_settings", "THREADS_ENV", "threads_setting", "use_threads", "follow_threads", "RUN_LOG_ENV",
            "log_run", "FIGURES_ENV"]
@@ -152,30 +153,91 @@ def _git_commit() -> str | None:
         return None
 
 
+def _cpuinfo_lines() -> list[str]:
+    info = Path("/proc/cpuinfo")
+    return info.read_text(errors="replace").splitlines() if info.exists() else []
+
+
 def cpu_model() -> str:
     """The CPU's model name as /proc/cpuinfo gives it ("AMD EPYC", "Intel(R) Xeon(R) Processor @ 2.80GHz"); where
-    there is no /proc/cpuinfo (macOS, Windows), what `platform.processor()` says."""
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+    there is no /proc/cpuinfo (macOS, Windows), what `platform.processor()` says. A name, not the arithmetic: two
+    CPUs of one name can sum floats differently (`cpu_numerics`)."""
+    for line in _cpuinfo_lines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown CPU"
+
+
+# The instruction-set extensions that select other float kernels in torch's build (its own dispatch, oneDNN's and
+# MKL's choose by them): fused multiply-add, the vector widths, the dot-product and reduced-precision units; on Arm,
+# NEON/SVE. An EPYC with AVX-512 and one without both read "AMD EPYC" and give other digits (issue: the golden
+# record's key).
+NUMERIC_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+                 "asimd", "sve", "sve2", "bf16", "i8mm")
+
+
+def cpu_flags() -> list[str]:
+    """Which of NUMERIC_FLAGS the CPU has (/proc/cpuinfo's `flags`, on Arm `Features`), in NUMERIC_FLAGS' order;
+    empty where there is no /proc/cpuinfo."""
+    for line in _cpuinfo_lines():
+        if line.startswith(("flags", "Features")):
+            have = set(line.split(":", 1)[1].split())
+            return [f for f in NUMERIC_FLAGS if f in have]
+    return []
+
+
+def cpu_capability() -> str:
+    """The vector kernels torch dispatches to on this CPU (`torch.backends.cpu.get_cpu_capability()`: "AVX512",
+    "AVX2", "DEFAULT", ...; ATEN_CPU_CAPABILITY lowers it)."""
+    import torch
+
+    get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    return str(get()) if get is not None else "unknown"
+
+
+def blas() -> str:
+    """The BLAS torch was built with (`BLAS_INFO` of `torch.__config__.show()`: "mkl", "open", ...)."""
+    import re
+
+    import torch
+
+    found = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return found.group(1) if found else "unknown"
+
+
+def cpu_numerics() -> str:
+    """What the CPU adds to a run's float results beyond its name: torch's dispatched capability and the
+    instruction-set flags that matter ("AVX512 (fma avx2 avx512f avx512_vnni avx512_bf16)")."""
+    flags = " ".join(cpu_flags())
+    return f"{cpu_capability()} ({flags})" if flags else cpu_capability()
 
 
 def machine(threads: int | None = None, device: str = "cpu") -> str:
     """The machine signature of a run: what its float results depend on besides its config, seed and code (torch's
-    build, the CPU model, the architecture, torch's thread count; on a GPU the GPU's name too). Two runs of one
-    config with one signature give the same History bit for bit; another signature gives other digits (about a
-    point of late accuracy after 120 non-IID rounds) and, the project's promise, the same paired verdicts
-    (docs/claims.md#reproducing-on-your-machine). `threads` defaults to torch's current count."""
+    build and BLAS, the CPU model, torch's CPU capability and the instruction-set flags that matter (`cpu_numerics`),
+    the architecture, torch's thread count; on a GPU the GPU's name too). Two runs of one config with one signature
+    give the same History bit for bit ("the same machine" wherever the docs say so); another signature gives other
+    digits (about a point of late accuracy after 120 non-IID rounds) and, the project's promise, the same paired
+    verdicts (docs/claims.md#reproducing-on-your-machine). `threads` defaults to torch's current count.
+
+        torch 2.14.1+cu130, blas mkl | AMD EPYC | cpu capability AVX512 (fma avx2 avx512f ...) | x86_64 | 1 thread
+
+    Histories written before the capability was part of it (issue: the golden record's key) carry the shorter
+    "torch ... | CPU name | arch | n threads": `legacy_signature` tells them apart."""
     import torch
 
     n = torch.get_num_threads() if threads is None else int(threads)
-    where = cpu_model()
+    where = f"{cpu_model()} | cpu capability {cpu_numerics()}"
     if device.startswith("cuda") and torch.cuda.is_available():
         where = f"{where} | {torch.cuda.get_device_name()}"
-    return f"torch {torch.__version__} | {where} | {platform.machine()} | {n} thread{'s' if n != 1 else ''}"
+    return (f"torch {torch.__version__}, blas {blas()} | {where} | {platform.machine()} | "
+            f"{n} thread{'s' if n != 1 else ''}")
+
+
+def legacy_signature(signature: str) -> bool:
+    """Whether a machine signature was written before it named the CPU's capability: it names the CPU only, so
+    two machines of one name but other arithmetic cannot be told apart by it."""
+    return "cpu capability" not in signature
 
 
 def machine_id(signature: str | None = None) -> str:
@@ -187,9 +249,9 @@ def machine_id(signature: str | None = None) -> str:
 
 
 def environment(device: str | None = None) -> dict:
-    """Versions and machine facts stored with every result: the package versions, the device, the CPU model and
-    torch's thread count (what a run's floats depend on), the machine signature built from them (`machine`) and
-    the git commit."""
+    """Versions and machine facts stored with every result: the package versions, the device, the CPU model, torch's
+    CPU capability, the instruction-set flags that matter, the BLAS and torch's thread count (what a run's floats
+    depend on), the machine signature built from them (`machine`) and the git commit."""
     import numpy
     import timm
     import torch
@@ -199,7 +261,8 @@ def environment(device: str | None = None) -> dict:
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return {"fedfrozen": __version__, "python": platform.python_version(), "torch": torch.__version__,
             "timm": timm.__version__, "numpy": numpy.__version__, "platform": platform.platform(),
-            "device": device, "cpu": cpu_model(), "threads": torch.get_num_threads(),
+            "device": device, "cpu": cpu_model(), "cpu_capability": cpu_capability(), "cpu_flags": cpu_flags(),
+            "blas": blas(), "threads": torch.get_num_threads(),
             "machine": machine(device=device), "git_commit": _git_commit()}
 
 
