@@ -4,6 +4,7 @@ paired with, C4's drift rows, and the text's identity in the cache keys."""
 
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -69,11 +70,33 @@ def test_every_comparison_pairs_arms_that_differ_in_one_thing():
             assert x.lr == y.lr and x.seed == y.seed
 
 
-def test_the_rule_runs_on_a_seed_no_comparison_evaluates():
+def test_the_rule_runs_on_held_out_seeds_no_comparison_evaluates():
     cfgs = roles.selection_configs("cpu", roles.fields("cpu", "data"), "pretrained")
-    assert {c.seed for c in cfgs} == {c.pretrain_seed for c in cfgs} == {roles.SELECTION_SEED}
+    assert {c.seed for c in cfgs} == set(roles.SELECTION_SEEDS) and len(roles.SELECTION_SEEDS) == 3
+    assert all(c.pretrain_seed == c.seed for c in cfgs)  # each seed's own body
     assert sorted({c.lr for c in cfgs}) == list(roles.LR_GRID) and {c.method for c in cfgs} == {"fedavg", "fedfrozen"}
-    assert roles.SELECTION_SEED not in range(15)
+    assert len(cfgs) == 3 * 2 * len(roles.LR_GRID)
+    assert not set(roles.SELECTION_SEEDS) & set(range(15))
+    smoke = roles.selection_configs("smoke", roles.fields("smoke", "data"), "scratch")
+    assert {c.seed for c in smoke} == {roles.SELECTION_SEED}  # CI's profile: one held-out seed
+
+
+def test_the_rule_reads_the_mean_over_the_selection_seeds():
+    """One seed that favours a rate does not choose it against the others' mean; a rate with a diverged seed never
+    wins; one seed is the rule as before."""
+    from fedfrozen.studies.beyond import selected_rates
+
+    def hist(acc):
+        return SimpleNamespace(diverged={"round": 3} if acc is None else None, late=lambda col: acc)
+
+    cfgs = [ff.Config(method="fedavg", lr=lr, seed=s) for s in (100, 101, 102) for lr in (1e-3, 3e-2)]
+    accs = {(100, 1e-3): 0.30, (100, 3e-2): 0.32, (101, 1e-3): 0.34, (101, 3e-2): 0.29, (102, 1e-3): 0.33,
+            (102, 3e-2): 0.30}
+    hists = [hist(accs[(c.seed, c.lr)]) for c in cfgs]
+    assert selected_rates(cfgs, hists) == {"fedavg": 1e-3}
+    assert selected_rates(cfgs[:2], hists[:2]) == {"fedavg": 3e-2}  # seed 100 alone: the outlier's choice
+    hists[0] = hist(None)  # 1e-3 diverged on one seed
+    assert selected_rates(cfgs, hists) == {"fedavg": 3e-2}
 
 
 def test_bad_cells_and_missing_rates_are_refused_naming_them():
@@ -88,13 +111,25 @@ def test_bad_cells_and_missing_rates_are_refused_naming_them():
 
 def test_c4_rows_are_each_fedavg_runs_group_drift_over_the_rounds():
     _, arms = _cpu()
-    frame = pd.DataFrame({"round": [0, 1], "drift_qk": [1.0, 3.0], "drift_v": [0.5, 0.5], "drift_attn_out": [2.0, 4.0]})
+    frame = pd.DataFrame({"round": [0, 1], "drift_qk": [1.0, 3.0], "update_norm_qk": [2.0, 2.0],
+                          "drift_v": [0.5, 0.5], "update_norm_v": [1.0, 3.0],
+                          "drift_attn_out": [2.0, 4.0], "update_norm_attn_out": [1.0, 1.0]})
     hist = SimpleNamespace(diverged=None, to_frame=lambda: frame)
-    table = roles.drift_table(arms, [hist] * len(arms))
+    table = roles.drift_table(arms, [hist] * len(arms), sizes={"qk": 4, "v": 16})
     fedavg = [a for a in arms if a.cfg.method == "fedavg"]
     assert len(table) == 3 * len(fedavg) and set(table["group"]) == {"qk", "v", "attn_out"}
-    first = table[table["key"] == config_key(fedavg[0].cfg)].set_index("group")["drift"]
-    assert first.to_dict() == {"qk": 2.0, "v": 0.5, "attn_out": 3.0}
+    first = table[table["key"] == config_key(fedavg[0].cfg)].set_index("group")
+    assert first["drift"].to_dict() == {"qk": 2.0, "v": 0.5, "attn_out": 3.0}
+    assert first["step"].to_dict() == {"qk": 2.0, "v": 2.0, "attn_out": 1.0}
+    # the dispersion sqrt(drift) * step, per round, then its mean; per parameter / sqrt(numel) where sizes has it
+    assert first.loc["v", "disp"] == pytest.approx(0.5 ** 0.5 * 2.0) and first.loc["v", "disp_per_param"] == \
+        pytest.approx(0.5 ** 0.5 * 2.0 / 4)
+    assert first.loc["qk", "disp"] == pytest.approx((2.0 + 3.0 ** 0.5 * 2.0) / 2)
+    assert np.isnan(first.loc["attn_out", "disp_per_param"])
+
+
+def test_c4_compares_every_group_with_qk():
+    assert set(roles.DRIFT_GROUPS) == set(ff.qkv.GROUPS) - {"qk", "other"}
 
 
 def test_other_texts_than_the_release_never_share_a_key_or_pretrained_weights_with_it(tmp_path):
@@ -120,3 +155,20 @@ def test_the_release_unpacked_is_the_release(tmp_path):
     with tarfile.open(tarball, "r:gz") as tar:
         tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(S.TEXTS)], filter="data")
     assert S.source_version(tmp_path) is None and S.source_version(tarball.parent) is None
+
+
+def test_a_sensitivity_rate_adds_every_arm_at_it_and_is_told_apart():
+    base = roles.fields("cpu", "data")
+    rates = {"scratch": {"fedavg": 3e-3, "fedfrozen": 3e-3}, "pretrained": {"fedavg": 1e-3, "fedfrozen": 1e-3}}
+    plain = roles.build("cpu", base, rates, seeds_pair=range(2), seeds_rest=range(1))
+    arms = roles.build("cpu", base, rates, seeds_pair=range(2), seeds_rest=range(1), sensitivity={"scratch": [3e-2]})
+    extra = [a for a in arms if a.cfg.lr == 3e-2]
+    assert len(arms) == len(plain) + len(extra) and {a.cell for a in extra} == {"scratch"}
+    assert {a.arm for a in extra} == {a.arm.replace("@ 0.003", "@ 0.03") for a in plain if a.cell == "scratch"}
+    assert roles.is_sensitivity(rates, "scratch", 3e-2) and not roles.is_sensitivity(rates, "scratch", 3e-3)
+    rows = roles.comparisons(arms)
+    assert sum("at 0.03" in r[1] for r in rows) == 4  # C1, C2 twice, C3 at the sensitivity rate
+    with pytest.raises(ValueError, match="sensitivity must map starts"):
+        roles.build("cpu", base, rates, sensitivity={"warm": [3e-2]})
+    with pytest.raises(ValueError, match="sensitivity must map starts"):
+        roles.build("cpu", base, rates, sensitivity={"scratch": [-1.0]})

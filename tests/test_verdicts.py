@@ -11,8 +11,17 @@ import fedfrozen as ff
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
 
+
+
+def _runs_of(table: str) -> str:
+    """The per-seed table a verdict table follows from: its own name's, or for NN_secondary (a notebook's secondary
+    measures, judged apart: docs/claims.md) and NN_sensitivity (its comparisons at a rate the rule did not choose)
+    the notebook's."""
+    return table.removesuffix("_secondary").removesuffix("_sensitivity")
+
+
 TABLES = sorted(p.name[: -len("_verdicts.csv")] for p in FIGURES.glob("*_verdicts.csv")
-                if (FIGURES / p.name.replace("_verdicts.csv", "_per_seed.csv")).exists())
+                if (FIGURES / f"{_runs_of(p.name[: -len('_verdicts.csv')])}_per_seed.csv").exists())
 # every per-seed table with its configs (notebook 03's controlled cells have their own: 03_controls)
 RUNS = sorted(p.name[: -len("_configs.jsonl")] for p in FIGURES.glob("[0-9][0-9]*_configs.jsonl"))
 
@@ -25,7 +34,7 @@ def test_every_claim_notebook_commits_its_tables():
 @pytest.mark.parametrize("nb", TABLES)
 def test_the_per_seed_table_reproduces_the_committed_verdict_table(nb):
     verdicts = pd.read_csv(FIGURES / f"{nb}_verdicts.csv", index_col=0)
-    runs = pd.read_csv(FIGURES / f"{nb}_per_seed.csv", index_col=0)
+    runs = pd.read_csv(FIGURES / f"{_runs_of(nb)}_per_seed.csv", index_col=0)
     assert runs["key"].str.fullmatch(r"[0-9a-f]{12}").all()  # every row is a run of the cache
     again = ff.tables.recompute(verdicts, runs)
     numeric = ["mean_a", "mean_b", "d", "half_width", "n", "p", "p_holm", "detectable"]

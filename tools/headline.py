@@ -173,12 +173,14 @@ README_ROWS = [
         ("FedFrozen T0 50% − FedAvg, both at 0.001, constant, Dir 0.1", "T0 50%, 1e-3, α 0.1"),
         ("FedFrozen T0 50% − FedAvg, both at 0.003, constant, Dir 0.05", "T0 50%, 3e-3, α 0.05")]),
     ("C3 value L2 cuts drift, costs little", "base, Dir 0.1", [
-        ("value L2 λ=0.01 − λ=0, α=0.1: value drift", "drift, λ 0.01"),
+        ("value L2 λ=0.01 − λ=0, α=0.1: value dispersion", "dispersion, λ 0.01"),
         ("value L2 λ=0.01 − λ=0, α=0.1", "accuracy, λ 0.01"), ("value L2 λ=0.1 − λ=0, α=0.1", "accuracy, λ 0.1")]),
-    ("C3", "pretrained, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, pretrained: value drift", "drift, λ 0.01"),
+    ("C3", "pretrained, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, pretrained: value dispersion",
+                                    "dispersion, λ 0.01"),
                                    ("value L2 λ=0.01 − λ=0, α=0.1, pretrained", "accuracy, λ 0.01")]),
-    ("C3", "constant rate, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, constant: value drift", "drift, λ 0.01"),
-                                      ("value L2 λ=0.1 − λ=0, α=0.1, constant: value drift", "drift, λ 0.1"),
+    ("C3", "constant rate, Dir 0.1", [("value L2 λ=0.01 − λ=0, α=0.1, constant: value dispersion",
+                                       "dispersion, λ 0.01"),
+                                      ("value L2 λ=0.1 − λ=0, α=0.1, constant: value dispersion", "dispersion, λ 0.1"),
                                       ("value L2 λ=0.01 − λ=0, α=0.1, constant", "accuracy, λ 0.01")]),
     ("C3", "text: Shakespeare roles, scratch", [
         ("FedFrozen T0 25% with V L2 0.01 − without, at 0.003, scratch: value drift", "drift, 3e-3"),
@@ -204,8 +206,13 @@ README_ROWS = [
     ("C4 freezing each group", "pretrained, Dir 0.1", [("freeze V − FedAvg, pretrained", "freeze V"),
                                                        ("freeze all attention − FedAvg, pretrained", "all attention")]),
 ]
-# the direction in which each claim's rows would reproduce it (C3: drift lower; its accuracy rows bound the cost)
+# the direction in which each claim's rows would reproduce it (C3: V's dispersion lower; its accuracy rows bound the
+# cost)
 DIRECTION = {"C1": "higher", "C2": "higher", "C3": "lower", "C4": None}
+# the measures in accuracy units (points), each claim's primary (docs/claims.md, "The measures"): late accuracy on
+# images, the final 50,000-window accuracy on text; C3's cut is read on V's dispersion
+ACCURACY = ("late_acc", "final_sample_acc")
+C3_CUT = "disp_v"
 C3_MARGIN = 1.0  # points: C3's "without severely sacrificing accuracy" (docs/claims.md)
 
 
@@ -235,18 +242,19 @@ def _words(claim: str, rows, labels) -> str:
         costs = sum(r.verdict_holm == "lower" for r in rows)
         return f"freezing costs: {costs} of {len(rows)} lower after Holm, none higher"
     if claim.startswith("C3"):  # both halves: drift cut after Holm, and an accuracy cost within the margin
-        drift = [(r, label) for r, label in zip(rows, labels) if r.measure == "drift_v"]
+        drift = [(r, label) for r, label in zip(rows, labels) if r.measure == C3_CUT]
         cut = [label for r, label in drift if r.verdict_holm == "lower"]
-        costs = [(-100 * r.low, label) for r, label in zip(rows, labels) if r.measure == "late_acc"]
-        if cut:
+        costs = [(-100 * r.low, label) for r, label in zip(rows, labels) if r.measure in ACCURACY]
+        if cut:  # the labels say the setting ("dispersion, λ 0.01 at 1e-3"): quoted whole, less the measure
             cost, label = max(costs)
-            where = "at " + " and ".join(c.split(", ")[-1] for c in cut)
-            others = [f"{label.split(', ')[-1]}: {_outcome(r, direction)}" for r, label in drift if label not in cut]
+            where = " and ".join(c.removeprefix("dispersion, ") for c in cut)
+            others = [f"{label.removeprefix('dispersion, ')}: {_outcome(r, direction)}" for r, label in drift
+                      if label not in cut]
             where += f" ({'; '.join(others)})" if others else ""
             if cost <= C3_MARGIN:
-                return f"**reproduced**: drift cut after Holm {where}"
-            return (f"**not reproduced**: drift cut after Holm {where}, but {label.split(', ')[-1]} costs up to "
-                    f"{cost:.2f} points (margin {C3_MARGIN:g})")
+                return f"**reproduced**: V's dispersion cut after Holm, {where}"
+            return (f"**not reproduced**: V's dispersion cut after Holm, {where}, but "
+                    f"{label.removeprefix('accuracy, ')} costs up to {cost:.2f} points (margin {C3_MARGIN:g})")
     head = "**reproduced**" if main.verdict_holm == direction else "**not reproduced**"
     said = _outcome(main, direction)
     # the row's other comparisons of the same measure, where they say something else (each with its own bound)
@@ -264,7 +272,7 @@ def _outcome(r, direction: str) -> str:
         return r.verdict_holm
     if r.verdict in ("higher", "lower"):
         return f"{r.verdict} alone, not after Holm"
-    scale, unit = (1, "") if r.measure == "drift_v" else (100, " points")
+    scale, unit = (100, " points") if r.measure in ACCURACY else (1, "")
     bound = r.high if direction == "higher" else -r.low
     return (f"no {'gain' if direction == 'higher' else 'cut'} above {scale * bound:.2f}{unit} "
             f"(detects {scale * r.detectable:.2f})")
@@ -302,7 +310,7 @@ def figure_rows(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for claim, regime, quoted in README_ROWS:
         code = claim.split()[0]
-        first = next(((c, label) for c, label in quoted if by_name[c].measure == "late_acc"), None)
+        first = next(((c, label) for c, label in quoted if by_name[c].measure in ACCURACY), None)
         if first is None:
             continue
         for long, short in SHORTER:

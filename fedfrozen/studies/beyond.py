@@ -117,13 +117,16 @@ def selection_configs(profile: str, base: dict, name: str, methods=("fedavg", "f
 
 
 def selected_rates(cfgs, hists) -> dict:
-    """{method: rate} by the one rule (selection.pick on late validation accuracy; diverged runs never win)."""
+    """{method: rate} by the one rule (selection.pick on late validation accuracy; diverged runs never win). Where
+    the selection runs of a rate have several seeds, the rule reads the mean over them (a rate any of whose seeds
+    diverged never wins)."""
     from .selection import pick
 
     val: dict = {}
     for cfg, hist in zip(cfgs, hists):
-        val.setdefault(cfg.method, {})[cfg.lr] = None if hist.diverged else hist.late("val_acc")
-    return {m: pick(v) for m, v in val.items()}
+        val.setdefault(cfg.method, {}).setdefault(cfg.lr, []).append(None if hist.diverged else hist.late("val_acc"))
+    mean = {m: {lr: None if None in accs else sum(accs) / len(accs) for lr, accs in v.items()} for m, v in val.items()}
+    return {m: pick(v) for m, v in mean.items()}
 
 
 def trains_stably(cfgs, hists, num_classes: int = 10) -> bool:

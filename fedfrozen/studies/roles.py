@@ -21,11 +21,12 @@ neighbours, on `seeds_rest`), and C3: FedFrozen T0 25% with the value penalty λ
 without it (on `seeds_rest`). C4 reads the FedAvg runs' drift: each attention group's (V, the output projection)
 against Q/K's, paired by seed (`drift_table`). Each cell's local rate by the one rule
 (fedfrozen.studies.selection.RULE) on
-LR_GRID for FedAvg and for FedFrozen (T0 25%) on SELECTION_SEED, which no comparison evaluates; where the two choose
-differently every arm runs at both rates, each comparison at a shared one.
+LR_GRID for FedAvg and for FedFrozen (T0 25%), read on the mean of the held-out SELECTION_SEEDS (no comparison
+evaluates them; one seed chose rates 2.4-2.6 sd away from the evaluated seeds' mean: docs/cpu_profile.md); where the
+two choose differently every arm runs at both rates, each comparison at a shared one.
 
     base = roles.fields(profile, data_root)                          # the federation of the profile
-    rates, table = roles.rates_by_rule(profile, base, roles.INITS)   # the rule, seed 100
+    rates, table = roles.rates_by_rule(profile, base, roles.INITS)   # the rule, seeds 100-102
     arms = roles.build(profile, base, rates, seeds_pair=range(15), seeds_rest=range(5))
     rows = roles.comparisons(arms)                                   # [(claim, label, cell, a, b), ...]
 """
@@ -39,9 +40,9 @@ from .controls import Arm, arm_label
 from .profiles import CPU_LR_GRID, among, seed_lists, select
 from .profiles import data_root as default_data_root
 
-__all__ = ["INITS", "SELECTION_SEED", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET", "PRETRAIN_EPOCHS",
-           "VALUE_L2", "LR_GRID", "DRIFT_GROUPS", "fields", "cell_fields", "selection_configs", "rates_by_rule",
-           "build", "comparisons", "drift_table"]
+__all__ = ["INITS", "SELECTION_SEED", "SELECTION_SEEDS", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET",
+           "PRETRAIN_EPOCHS", "VALUE_L2", "LR_GRID", "DRIFT_GROUPS", "fields", "cell_fields", "selection_seeds",
+           "selection_configs", "rates_by_rule", "build", "is_sensitivity", "comparisons", "drift_table"]
 
 INITS = ("scratch", "pretrained")
 N_CLIENTS = 100          # the 100 largest roles (of the 349 with 2,000 characters or more outside the server's plays)
@@ -51,7 +52,8 @@ SMOKE_BUDGET = dict(rounds=3, local_steps=2)
 PRETRAIN_EPOCHS = 1      # over the server's plays' windows (383k: one epoch is ~6,000 steps of 64)
 VALUE_L2 = 0.01          # C3's λ on V (notebook 05's smaller one)
 LR_GRID = CPU_LR_GRID    # AdamW's grid of the image notebooks
-DRIFT_GROUPS = ("v", "attn_out")  # C4: each against Q/K's drift in the same FedAvg runs
+DRIFT_GROUPS = ("v", "attn_out", "mlp", "norm", "embed", "head")  # C4: each against Q/K's drift in the same runs
+SELECTION_SEEDS = (SELECTION_SEED, 101, 102)  # the rule reads the mean of these held-out seeds (cpu, paper)
 
 
 def fields(profile: str, data_root: str | None = None) -> dict:
@@ -89,43 +91,55 @@ def _grid(profile: str) -> tuple:
     return select(profile, smoke=LR_GRID[1:3], cpu=LR_GRID, paper=LR_GRID)
 
 
-def selection_configs(profile: str, base: dict, init: str, grid=None) -> list[Config]:
+def selection_seeds(profile: str) -> tuple:
+    """The held-out seeds the rule reads at `profile`: SELECTION_SEEDS (the smoke profile: SELECTION_SEED alone)."""
+    return select(profile, smoke=(SELECTION_SEED,), cpu=SELECTION_SEEDS, paper=SELECTION_SEEDS)
+
+
+def selection_configs(profile: str, base: dict, init: str, grid=None, seeds=None) -> list[Config]:
     """The configs the one rule compares for cell `init`: FedAvg and FedFrozen (T0 25%) at each rate of LR_GRID (the
-    smoke profile two of them), on SELECTION_SEED (its body pre-trained with that seed)."""
+    smoke profile two of them), on each of `seeds` (default `selection_seeds(profile)`; a pretrained run's body
+    pre-trained with its own seed). The rule reads the mean over the seeds (`beyond.selected_rates`)."""
     f = cell_fields(base, init)
-    f.update(warmup_rounds=_t0(f, 0.25), seed=SELECTION_SEED)
-    if init == "pretrained":
-        f["pretrain_seed"] = SELECTION_SEED
-    return [Config(method=m, lr=float(lr), **f) for m in ("fedavg", "fedfrozen")
-            for lr in (_grid(profile) if grid is None else grid)]
+    f.update(warmup_rounds=_t0(f, 0.25))
+    seeds = selection_seeds(profile) if seeds is None else tuple(seeds)
+    return [Config(method=m, lr=float(lr), seed=s, **f, **({"pretrain_seed": s} if init == "pretrained" else {}))
+            for s in seeds for m in ("fedavg", "fedfrozen") for lr in (_grid(profile) if grid is None else grid)]
 
 
 def rates_by_rule(profile: str, base: dict, inits=INITS, experiment: str = "shakespeare"):
     """Each cell's rates by the one rule (`selected_rates` on its selection_configs, trained or loaded). Returns
-    (rates {init: {method: rate}}, a table of every selection run: cell (the start), method, lr, late validation and
-    test accuracy)."""
+    (rates {init: {method: rate}}, a table of every selection run: cell (the start), method, lr, seed, late validation
+    and test accuracy)."""
     inits = among("inits", inits, INITS)
-    return cells_by_rule({i: selection_configs(profile, base, i) for i in inits}, experiment)
+    return cells_by_rule({i: selection_configs(profile, base, i) for i in inits}, experiment,
+                         extra=lambda cfg, hist: {"seed": cfg.seed})
 
 
 def _c3_label(lr: float) -> str:
     return f"{arm_label('fedfrozen', 0.25, lr)} + V L2 {VALUE_L2:g}"
 
 
-def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_rest=range(5), inits=INITS) -> list[Arm]:
+def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_rest=range(5), inits=INITS,
+          sensitivity: dict | None = None) -> list[Arm]:
     """Every arm of notebook 14's cells `inits`, one Arm per seed (cell = the start). `rates`: {init: {method: rate}}
-    of the rule (`rates_by_rule`); every arm at each rate the cell's two methods chose. FedAvg and FedFrozen T0 25% on
-    `seeds_pair`; FedFrozen T0 0 and 50%, and T0 25% with the value penalty (C3), on `seeds_rest`. A pretrained run's
-    body is pre-trained with its own seed."""
+    of the rule (`rates_by_rule`); every arm at each rate the cell's two methods chose, and at each rate `sensitivity`
+    ({init: [rate, ...]}) adds (a rate-sensitivity cell: its comparisons are judged apart from the rule's,
+    `is_sensitivity`). FedAvg and FedFrozen T0 25% on `seeds_pair`; FedFrozen T0 0 and 50%, and T0 25% with the value
+    penalty (C3), on `seeds_rest`. A pretrained run's body is pre-trained with its own seed."""
     inits = among("inits", inits, INITS)
     pair, rest = seed_lists(seeds_pair=seeds_pair, seeds_rest=seeds_rest)
     missing = [i for i in inits if i not in rates]
     if missing:
         raise ValueError(f"rates has no selected rates for {missing} (rates_by_rule)")
+    sensitivity = dict(sensitivity or {})
+    unknown = sorted(set(sensitivity) - set(INITS))
+    if unknown or any(not isinstance(lr, float | int) or lr <= 0 for v in sensitivity.values() for lr in v):
+        raise ValueError(f"sensitivity must map starts among {', '.join(INITS)} to positive rates; got {sensitivity!r}")
     out: list[Arm] = []
     for init in inits:
         f = cell_fields(base, init)
-        for lr in sorted(set(rates[init].values())):
+        for lr in sorted(set(rates[init].values()) | {float(x) for x in sensitivity.get(init, ())}):
             plan = [("fedavg", None, pair), ("fedfrozen", 0.25, pair), ("fedfrozen", 0.0, rest),
                     ("fedfrozen", 0.5, rest), ("fedfrozen", 0.25, rest)]
             for i, (method, fraction, seeds) in enumerate(plan):
@@ -141,6 +155,12 @@ def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_res
     return out
 
 
+def is_sensitivity(rates: dict, cell: str, lr: float) -> bool:
+    """Whether `lr` in cell `cell` is a rate-sensitivity rate (built at `build(..., sensitivity=...)`): one the rule
+    chose for neither method."""
+    return float(lr) not in {float(x) for x in rates[cell].values()}
+
+
 def comparisons(arms: list[Arm]) -> list[tuple]:
     """(claim, label, cell, arm a, arm b) of the built cells, a minus b paired by seed: each FedFrozen arm against
     FedAvg of its cell at the same rate (C1 for T0 25%, C2 for T0 0 and 50%: recipes.comparisons), and the value
@@ -152,19 +172,29 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
     return recipes.comparisons(arms) + c3
 
 
-def drift_table(arms: list[Arm], hists) -> "pd.DataFrame":  # noqa: F821 - pandas imported where called
-    """C4's per-seed rows: for every FedAvg run, each parameter group's mean relative client drift over the rounds
-    (History columns drift_<group>), one row per run and group: key, cell, lr, seed, group, drift."""
+def drift_table(arms: list[Arm], hists, sizes: dict | None = None) -> "pd.DataFrame":  # noqa: F821 - pandas
+    """C4's per-seed rows: for every FedAvg run, Q/K and each of DRIFT_GROUPS, the group's parts over all its rounds
+    (`ff.measures.parts`, last=None): `drift` the mean relative client drift (the measure C4 is judged on), `step`
+    the mean update's norm, `disp` the clients' dispersion and, with `sizes` ({group: parameter count},
+    `ff.measures.group_sizes`), `disp_per_param` = disp / sqrt(numel). One row per run and group: key, cell, lr, seed,
+    group, drift, step, disp, disp_per_param."""
     import pandas as pd
 
     from ..runs.experiments import config_key
+    from .measures import parts
 
     rows = []
     for a, h in zip(arms, hists):
         if a.cfg.method != "fedavg" or h.diverged:
             continue
         frame = h.to_frame()
-        rows += [dict(key=config_key(a.cfg), cell=a.cell, lr=a.cfg.lr, seed=a.cfg.seed, group=g,
-                      drift=float(frame[f"drift_{g}"].mean()))
-                 for g in ("qk", *DRIFT_GROUPS) if f"drift_{g}" in frame]
-    return pd.DataFrame(rows, columns=["key", "cell", "lr", "seed", "group", "drift"])
+        for g in ("qk", *DRIFT_GROUPS):
+            if f"drift_{g}" not in frame:
+                continue
+            numel = (sizes or {}).get(g)
+            got = parts(h, g, last=None, numel=numel)
+            rows.append(dict(key=config_key(a.cfg), cell=a.cell, lr=a.cfg.lr, seed=a.cfg.seed, group=g,
+                             drift=got[f"drift_{g}"], step=got[f"step_{g}"], disp=got[f"disp_{g}"],
+                             disp_per_param=got.get(f"disp_{g}_per_param", float("nan"))))
+    return pd.DataFrame(rows, columns=["key", "cell", "lr", "seed", "group", "drift", "step", "disp",
+                                       "disp_per_param"])

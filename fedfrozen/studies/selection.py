@@ -1,10 +1,13 @@
 """Learning-rate selection by one rule for every method, at the scale where the rates will be used.
 
-Rule (the same as the digits selection in the README): for each method, train at every rate of a
-small grid on Dirichlet alpha = 0.1 clients with seed 0, and keep the rate with the best late
-validation accuracy: the mean over the run's last 3 evaluations (History.late; one evaluation under
-partial participation at alpha 0.1 swings by tens of points with the clients sampled), ties and runs
-that diverged going to the smaller rate. Freezing methods
+Rule (RULE; the same as the digits selection in the README): for each method, train at every rate of a
+small grid on the notebook's selection seeds and keep the rate with the best late validation accuracy
+(History.late: the mean over the late window; one evaluation under partial participation at alpha 0.1
+swings by tens of points with the clients sampled), read on the mean over the seeds where there are
+several (beyond.selected_rates), ties and runs that diverged going to the smaller rate. Which seeds: 0
+for the image profiles (`select_learning_rates` here); 100, which no comparison evaluates, for notebooks
+12-13; the mean of 100-102 for notebook 14, where one seed chose rates 2.4-2.6 sd away from the
+evaluated seeds' mean. Freezing methods
 freeze at 25% of the rounds. `select_learning_rates` runs the grid through the cache (run_many)
 and, for the paper profile, stores the result where `fedfrozen.studies.profiles.learning_rates` reads it.
 """
@@ -22,8 +25,10 @@ from .profiles import PAPER_LR_GRID, federated, paper_lr_file
 
 __all__ = ["pick", "select_learning_rates", "selection_t0", "RULE"]
 
-RULE = ("best validation accuracy averaged over the last 3 evaluations on Dirichlet alpha=0.1 clients, seed 0, "
-        "freezing at 25% of the rounds; "
+RULE = ("best late validation accuracy (History.late: the late window where a run evaluates every late round, else "
+        "its last evaluations) on the notebook's selection seeds, their mean where several (seed 0 for the profiles' "
+        "image rates and select_learning_rates; seed 100, which no comparison evaluates, for notebooks 12-13; the "
+        "mean of seeds 100-102 for notebook 14), freezing at 25% of the rounds; "
         "ties and diverged runs go to the smaller lr")
 
 
