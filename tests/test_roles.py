@@ -172,3 +172,39 @@ def test_a_sensitivity_rate_adds_every_arm_at_it_and_is_told_apart():
         roles.build("cpu", base, rates, sensitivity={"warm": [3e-2]})
     with pytest.raises(ValueError, match="sensitivity must map starts"):
         roles.build("cpu", base, rates, sensitivity={"scratch": [-1.0]})
+
+
+def test_seed_agreement_counts_the_seeds_that_pick_the_mean_best_alone():
+    from fedfrozen.studies.selection import seed_agreement
+
+    accs = {0: (0.5, 0.4), 1: (0.3, 0.6), 2: (0.35, 0.5), 3: (0.4, 0.4)}
+    rows = [dict(cell="c", arm="a", lr=lr, seed=s, acc=acc) for s, pair in accs.items()
+            for lr, acc in zip((1e-3, 3e-2), pair)]
+    rows += [dict(cell="c", arm="b", lr=1e-3, seed=s, acc=0.1) for s in range(4)]  # one rate: no choice to make
+    got = seed_agreement(pd.DataFrame(rows), ["cell", "arm"], "acc", chosen_on=(0, 3, 9))
+    assert len(got) == 1 and got.loc[0, "arm"] == "a" and got.loc[0, "best_on_mean"] == 3e-2
+    assert got.loc[0, "seeds"] == 4 and got.loc[0, "seeds_picking_it"] == 2  # seed 3's tie goes to the smaller rate
+    assert got.loc[0, "seed 0 picks"] == 1e-3 and got.loc[0, "seed 3 picks"] == 1e-3
+    assert got.loc[0, "seed 9 picks"] is None
+
+
+def test_the_cpu_profiles_one_seed_table_follows_from_the_committed_rows():
+    """docs/cpu_profile.md's table of one seed's choices in notebook 03 § 3 is seed_agreement of the committed
+    per-seed rows, row for row."""
+    import re
+
+    from fedfrozen.studies.selection import seed_agreement
+
+    root = ff.io.project_root()
+    runs = pd.read_csv(root / "figures" / "03_controls_per_seed.csv", index_col=0)
+    runs["rule_arm"] = runs["arm"].str.split(" @ ").str[0]
+    got = seed_agreement(runs, ["cell", "rule_arm"], chosen_on=(0,))
+    names = {"fedavg": "FedAvg", "fedfrozen T0 25%": "FedFrozen T0 25%", "fedfrozen T0 50%": "FedFrozen T0 50%"}
+    text = (root / "docs" / "cpu_profile.md").read_text()
+    row = r"^\| (\w+, Dir [\d.]+, [^|]+) \| [^|]+ \| ([\de-]+) \| (\d+) of (\d+) \| ([\de-]+) \|$"
+    quoted = re.findall(row, text, re.M)
+    assert len(quoted) == len(got) == 8
+    for (_, row), (arm, best, k, n, seed0) in zip(got.iterrows(), quoted):
+        assert arm == f"{row['cell']}, {names[row['rule_arm']]}"
+        assert (float(best), int(k), int(n), float(seed0)) == (row["best_on_mean"], row["seeds_picking_it"],
+                                                              row["seeds"], row["seed 0 picks"])

@@ -107,12 +107,13 @@ def selection_configs(profile: str, base: dict, init: str, grid=None, seeds=None
             for s in seeds for m in ("fedavg", "fedfrozen") for lr in (_grid(profile) if grid is None else grid)]
 
 
-def rates_by_rule(profile: str, base: dict, inits=INITS, experiment: str = "shakespeare"):
-    """Each cell's rates by the one rule (`selected_rates` on its selection_configs, trained or loaded). Returns
+def rates_by_rule(profile: str, base: dict, inits=INITS, experiment: str = "shakespeare", seeds=None):
+    """Each cell's rates by the one rule (`selected_rates` on its selection_configs on `seeds`, default
+    `selection_seeds(profile)`, trained or loaded). Returns
     (rates {init: {method: rate}}, a table of every selection run: cell (the start), method, lr, seed, late validation
     and test accuracy)."""
     inits = among("inits", inits, INITS)
-    return cells_by_rule({i: selection_configs(profile, base, i) for i in inits}, experiment,
+    return cells_by_rule({i: selection_configs(profile, base, i, seeds=seeds) for i in inits}, experiment,
                          extra=lambda cfg, hist: {"seed": cfg.seed})
 
 

@@ -23,7 +23,7 @@ from ..engine.config import Config
 from ..runs.experiments import run_many
 from .profiles import PAPER_LR_GRID, federated, paper_lr_file
 
-__all__ = ["pick", "select_learning_rates", "selection_t0", "RULE"]
+__all__ = ["pick", "select_learning_rates", "selection_t0", "seed_agreement", "RULE"]
 
 RULE = ("best late validation accuracy (History.late: the late window where a run evaluates every late round, else "
         "its last evaluations) on the notebook's selection seeds, their mean where several (seed 0 for the profiles' "
@@ -43,6 +43,32 @@ def pick(val_acc: dict) -> float:
         raise ValueError("pick needs at least one (lr, accuracy) pair")
     score = {lr: (a if a is not None and math.isfinite(a) else -math.inf) for lr, a in val_acc.items()}
     return min(score, key=lambda lr: (-score[lr], lr))
+
+
+def seed_agreement(runs, by, measure: str = "late_acc", chosen_on=()):
+    """How often one seed alone picks the rate that is best on the evaluated seeds' mean.
+
+    `runs`: a per-seed table (columns `by`, `lr`, `seed`, `measure`), `by` naming an arm up to its rate (a cell and
+    the method, say). For each arm that ran at two rates or more on the same seeds (only seeds with every rate
+    count): the rates, the rate best on the mean of `measure` over those seeds (`pick`: ties to the smaller), how many
+    of the seeds pick it alone, and for each seed of `chosen_on` among them (seed 0, say, that chose the image rates)
+    the rate it picks. One row per such arm; none where no arm ran at two rates."""
+    import pandas as pd
+
+    by = [by] if isinstance(by, str) else list(by)
+    rows = []
+    for key, g in runs.groupby(by, sort=False):
+        wide = g.pivot_table(index="seed", columns="lr", values=measure).dropna()
+        if wide.shape[1] < 2 or wide.empty:
+            continue
+        best = pick(wide.mean().to_dict())
+        picks = {seed: pick(r.to_dict()) for seed, r in wide.iterrows()}
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        row.update(rates=", ".join(f"{x:g}" for x in wide.columns), best_on_mean=best, seeds=len(wide),
+                   seeds_picking_it=sum(v == best for v in picks.values()))
+        row.update({f"seed {s} picks": picks.get(s) for s in chosen_on})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def select_learning_rates(methods, dataset: str = "cifar10", grid=PAPER_LR_GRID, rounds: int = 30,
