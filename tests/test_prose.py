@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 D = re.compile(r"(?<![\w.])([+−-]\d+\.\d+) ± (\d+\.\d+)(?: \((\d+)\))?")
 P = re.compile(r"\bp(?:_holm)? = (\d\.\d+)")
 HOLM = re.compile(r"Holm over (?:all |the [\w']+ |this table's |its |the notebook's |the table's )?(\d+)")
-DETECTS = re.compile(r"detects (\d+(?:\.\d+)?)(?:[–-](\d+(?:\.\d+)?))?")
-BOUND = re.compile(r"no (gain|cut) above (\d+\.\d+)( points)?")
+DETECTS = re.compile(r"detects (\d+(?:\.\d+)?)(?:[–-](\d+(?:\.\d+)?))?(%)?")
+BOUND = re.compile(r"no (gain|cut) above (\d+\.\d+)( points|%)?")  # %: of the reference arm's mean (V's dispersion)
 
 
 def tables(*names) -> list:
@@ -60,15 +60,19 @@ def problems(text: str, rows: pd.DataFrame) -> list[str]:
     for m in P.finditer(text):
         if not any(_shown(p, m.group(1)) for p in ps):
             out.append(f"p {m.group(0)!r}")
+    relative = 100 / rows["mean_b"].abs()  # a percent of the reference arm's mean
     for m in DETECTS.finditer(text):
-        for q in (g for g in m.groups() if g):
-            if not any(_shown(100 * v, q) or _shown(v, q) for v in rows["detectable"]):
+        percent = m.group(3)
+        for q in (g for g in m.groups()[:2] if g):
+            found = (any(_shown(v * k, q) for v, k in zip(rows["detectable"], relative)) if percent else
+                     any(_shown(100 * v, q) or _shown(v, q) for v in rows["detectable"]))
+            if not found:
                 out.append(f"detects {q!r} in {m.group(0)!r}")
     for m in BOUND.finditer(text):
-        kind, value, points = m.groups()
-        scale = 100 if points else 1
+        kind, value, unit = m.groups()
         ends = rows["d"] + rows["half_width"] if kind == "gain" else rows["half_width"] - rows["d"]
-        if not any(_shown(scale * e, value) for e in ends):
+        scales = relative if unit == "%" else [100 if unit else 1] * len(rows)
+        if not any(_shown(k * e, value) for e, k in zip(ends, scales)):
             out.append(f"bound {m.group(0)!r}")
     return out
 

@@ -269,11 +269,15 @@ def _words(claim: str, rows, labels) -> str:
 
 def _outcome(r, direction: str) -> str:
     """One comparison's verdict in words: lower/higher after Holm, alone, or the bound its interval leaves open in
-    the claim's direction (points for accuracy, drift units for drift) with what it could detect."""
+    the claim's direction (points for accuracy, percent of the reference arm's mean for V's dispersion, whose scale
+    is a rate's, drift units for drift) with what it could detect."""
     if r.verdict_holm in ("higher", "lower"):
         return r.verdict_holm
     if r.verdict in ("higher", "lower"):
         return f"{r.verdict} alone, not after Holm"
+    if r.measure == C3_CUT:
+        bound, scale = -r.low if direction == "lower" else r.high, 100 / abs(r.mean_b)
+        return f"no cut above {scale * bound:.1f}% (detects {scale * r.detectable:.1f}%)"
     scale, unit = (100, " points") if r.measure in ACCURACY else (1, "")
     bound = r.high if direction == "higher" else -r.low
     return (f"no {'gain' if direction == 'higher' else 'cut'} above {scale * bound:.2f}{unit} "
@@ -348,8 +352,8 @@ def readme_figure(df: pd.DataFrame, profile: str = "cpu"):
     ax.set_yticks(y, rows["label"], fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.grid(axis="x", color="0.9", lw=0.6)
-    ax.set_xlabel("the row's arm − its reference (FedAvg unless named; C3: λ = 0): late test accuracy, "
-                  "percentage points", fontsize=8)
+    ax.set_xlabel("the row's arm − its reference (FedAvg unless named; C3: λ = 0): late test accuracy (text: the "
+                  "last round's, 50,000 windows), percentage points", fontsize=8)
     handles = [Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in plots.CLAIM_COLOURS.items()]
     handles.append(Line2D([], [], marker="o", ls="", color="gray", markerfacecolor="white", label="not after Holm"))
     ax.legend(handles=handles, fontsize=7, loc="lower left", ncol=5, frameon=False, bbox_to_anchor=(0, 1.0))
