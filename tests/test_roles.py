@@ -186,6 +186,9 @@ def test_seed_agreement_counts_the_seeds_that_pick_the_mean_best_alone():
     assert got.loc[0, "seeds"] == 4 and got.loc[0, "seeds_picking_it"] == 2  # seed 3's tie goes to the smaller rate
     assert got.loc[0, "seed 0 picks"] == 1e-3 and got.loc[0, "seed 3 picks"] == 1e-3
     assert got.loc[0, "seed 9 picks"] is None
+    none = seed_agreement(pd.DataFrame(rows[-4:]), ["cell", "arm"], "acc", chosen_on=(0,))  # no arm with two rates
+    assert none.empty and list(none.columns) == ["cell", "arm", "rates", "best_on_mean", "seeds", "seeds_picking_it",
+                                                 "seed 0 picks"]
 
 
 def test_the_cpu_profiles_one_seed_table_follows_from_the_committed_rows():

@@ -68,7 +68,8 @@ def seed_agreement(runs, by, measure: str = "late_acc", chosen_on=()):
                    seeds_picking_it=sum(v == best for v in picks.values()))
         row.update({f"seed {s} picks": picks.get(s) for s in chosen_on})
         rows.append(row)
-    return pd.DataFrame(rows)
+    columns = [*by, "rates", "best_on_mean", "seeds", "seeds_picking_it", *[f"seed {s} picks" for s in chosen_on]]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def select_learning_rates(methods, dataset: str = "cifar10", grid=PAPER_LR_GRID, rounds: int = 30,
