@@ -65,11 +65,10 @@ def test_the_last_tenth_gain_is_the_slope_through_the_last_fifth_times_a_tenth()
 
 
 def test_a_real_run_has_a_finite_last_tenth_gain():
+    import numpy as np
     from conftest import tiny_config
 
     import fedfrozen as ff
-
-    import numpy as np
 
     hist = ff.run(tiny_config(rounds=10, eval_every=1, method="fedavg"), progress=False)
     frame = hist.to_frame().dropna(subset=["test_acc"])
