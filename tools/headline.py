@@ -352,8 +352,8 @@ def readme_figure(df: pd.DataFrame, profile: str = "cpu"):
     ax.set_yticks(y, rows["label"], fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.grid(axis="x", color="0.9", lw=0.6)
-    ax.set_xlabel("the row's arm − its reference (FedAvg unless named; C3: λ = 0): late test accuracy (text: the "
-                  "last round's, 50,000 windows), percentage points", fontsize=8)
+    ax.set_xlabel("the row's arm − its reference (FedAvg unless named; C3: λ = 0), percentage points\n"
+                  "late test accuracy (text: the last round's, on 50,000 windows)", fontsize=8)
     handles = [Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in plots.CLAIM_COLOURS.items()]
     handles.append(Line2D([], [], marker="o", ls="", color="gray", markerfacecolor="white", label="not after Holm"))
     ax.legend(handles=handles, fontsize=7, loc="lower left", ncol=5, frameon=False, bbox_to_anchor=(0, 1.0))

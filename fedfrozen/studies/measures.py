@@ -37,13 +37,14 @@ def dispersion(frame, group: str):
     return np.sqrt(drift.clip(lower=0.0)) * step
 
 
-def parts(hist, group: str, last: int | None = 5, numel: int | None = None) -> dict:
+def parts(hist, group: str, last: int | None = 5, numel: int | None = None, frame=None) -> dict:
     """The relative drift, the mean step's norm and the dispersion of `group` (each the mean over the run's `last`
     rounds, all rounds where None), keyed `drift_<g>`, `step_<g>`, `disp_<g>`; with `numel` (the group's parameter
     count, `group_sizes`) also `disp_<g>_per_param` = the dispersion / sqrt(numel). NaN for a run that diverged or
-    in which the group never trained."""
+    in which the group never trained. `frame`: the History's frame where the caller has it already (it is not built
+    again)."""
     keys = [f"drift_{group}", f"step_{group}", f"disp_{group}"] + ([f"disp_{group}_per_param"] if numel else [])
-    frame = hist.to_frame()
+    frame = hist.to_frame() if frame is None else frame
     if hist.diverged or f"drift_{group}" not in frame:
         return dict.fromkeys(keys, math.nan)
     frame = frame if last is None else frame.tail(last)
@@ -57,15 +58,13 @@ def parts(hist, group: str, last: int | None = 5, numel: int | None = None) -> d
 
 def group_sizes(cfg, num_classes: int) -> dict:
     """{group: parameter count} of `cfg`'s model with `num_classes` outputs (the dataset's classes, or a text's
-    vocabulary) after the Q/K/V split: the groups of the History's drift columns, empty groups left out. Builds
-    the model once; no data is read."""
+    vocabulary) after the Q/K/V split (`qkv.group_sizes`): the groups of the History's drift columns, empty groups
+    left out. Builds the model once; no data is read."""
     from ..nets import models, qkv
 
     model = models.create(cfg.model, int(num_classes), **dict(cfg.model_kwargs or {}))
     qkv.split_qkv(model)
-    params = dict(model.named_parameters())
-    sizes = {g: sum(params[n].numel() for n in names) for g, names in qkv.param_groups(model).items()}
-    return {g: n for g, n in sizes.items() if n}
+    return {g: size["params"] for g, size in qkv.group_sizes(model).items() if size["params"]}
 
 
 def bits_per_char(loss: float) -> float:

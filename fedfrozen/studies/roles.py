@@ -193,7 +193,7 @@ def drift_table(arms: list[Arm], hists, sizes: dict | None = None) -> "pd.DataFr
             if f"drift_{g}" not in frame:
                 continue
             numel = (sizes or {}).get(g)
-            got = parts(h, g, last=None, numel=numel)
+            got = parts(h, g, last=None, numel=numel, frame=frame)
             rows.append(dict(key=config_key(a.cfg), cell=a.cell, lr=a.cfg.lr, seed=a.cfg.seed, group=g,
                              drift=got[f"drift_{g}"], step=got[f"step_{g}"], disp=got[f"disp_{g}"],
                              disp_per_param=got.get(f"disp_{g}_per_param", float("nan"))))
