@@ -71,7 +71,24 @@ def test_the_sgd_cell_compares_at_the_shared_rate_and_each_at_its_own_best():
     same = {**RATES, "sgd": {"fedavg": 0.3, "fedfrozen": 0.3}}
     arms_same = recipes.build("cpu", ff.profiles.federated("cpu"), same, cells=["sgd"])
     assert len(recipes.comparisons(arms_same, same)) == 2  # one rate: no second row
-    assert sum(r[0] == "C1" for r in rows) == 6  # one C1 pair a cell, and sgd's own-best row
+    assert sum(r[0] == "C1" for r in rows) == 7  # one C1 pair a cell, and sgd's own-best row
+
+
+def test_the_p4_w48_cell_is_the_adamw_cell_at_49_tokens_and_nothing_else():
+    base, arms = _cpu()
+    by = {(a.cell, a.fraction, a.cfg.seed): a.cfg for a in arms if a.cell in ("adamw", "p4_w48")}
+    assert {(c, f) for c, f, _ in by} == {(c, f) for c in ("adamw", "p4_w48") for f in (None, 0.25)}
+    for (cell, fraction, seed), cfg in by.items():
+        if cell == "p4_w48":
+            assert _differ(cfg, by[("adamw", fraction, seed)]) == {"model_kwargs"}
+            assert cfg.model_kwargs == {"patch_size": 4}
+    model = ff.nets.models.create("vit_fmnist_w48", 10, patch_size=4)
+    assert model.patch_embed.num_patches == 49 and model.embed_dim == 48  # the adamw cell's model sees 16 tokens
+    assert ff.nets.models.create("vit_fmnist_w48", 10).patch_embed.num_patches == 16
+    for profile in ("smoke", "paper"):  # there p4 keeps the base width: p4_w48 would repeat its runs
+        b = ff.profiles.federated(profile)
+        assert recipes.cell_fields(profile, b, "p4_w48") == recipes.cell_fields(profile, b, "p4")
+        assert not [a for a in recipes.build(profile, b, RATES, cells=["p4", "p4_w48"]) if a.cell == "p4_w48"]
 
 
 def test_the_rule_runs_on_the_selection_seed_only():

@@ -137,10 +137,10 @@ README_ROWS = [
     ("C1", "feature shift, IID labels", [
         ("FedFrozen T0 25% − FedAvg, both at 0.003, rotation", "rotation"),
         ("FedFrozen T0 25% − FedAvg, both at 0.003, patch_permutation", "patch order")]),
-    ("C1", "49 tokens, Dir 0.1", [("FedFrozen T0 25% − FedAvg, both at 0.003, p4", "accuracy")]),
+    ("C1", "49 tokens, Dir 0.1", [("FedFrozen T0 25% − FedAvg, both at 0.003, p4_w48", "width 48"),
+                                  ("FedFrozen T0 25% − FedAvg, both at 0.003, p4", "width 64")]),
     ("C1", "text: Shakespeare roles, scratch", [
-        ("FedFrozen T0 25% − FedAvg, both at 0.003, scratch", "3e-3"),
-        ("FedFrozen T0 25% − FedAvg, both at 0.03, scratch", "3e-2")]),
+        ("FedFrozen T0 25% − FedAvg, both at 0.003, scratch", "accuracy")]),
     ("C1", "text: Shakespeare roles, pretrained", [
         ("FedFrozen T0 25% − FedAvg, both at 0.001, pretrained", "accuracy")]),
     ("C1 against the baselines", "base, Dir 0.1, AdamW", [
@@ -162,10 +162,8 @@ README_ROWS = [
         ("FedFrozen T0 0% − FedAvg, both at 0.003, p4", "T0 0, 49 tokens"),
         ("FedFrozen T0 50% − FedAvg, both at 0.003, p4", "T0 50%, 49 tokens")]),
     ("C2", "text: Shakespeare roles", [
-        ("FedFrozen T0 0% − FedAvg, both at 0.003, scratch", "T0 0, scratch 3e-3"),
-        ("FedFrozen T0 50% − FedAvg, both at 0.003, scratch", "T0 50%, scratch 3e-3"),
-        ("FedFrozen T0 0% − FedAvg, both at 0.03, scratch", "T0 0, scratch 3e-2"),
-        ("FedFrozen T0 50% − FedAvg, both at 0.03, scratch", "T0 50%, scratch 3e-2"),
+        ("FedFrozen T0 0% − FedAvg, both at 0.003, scratch", "T0 0, scratch"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, scratch", "T0 50%, scratch"),
         ("FedFrozen T0 0% − FedAvg, both at 0.001, pretrained", "T0 0, pretrained"),
         ("FedFrozen T0 50% − FedAvg, both at 0.001, pretrained", "T0 50%, pretrained")]),
     ("C2", "constant rate, both arms at one rate", [
@@ -185,9 +183,7 @@ README_ROWS = [
     ("C3", "text: Shakespeare roles, scratch", [
         ("FedFrozen T0 25% with V L2 0.01 − without, at 0.003, scratch: value dispersion",
          "dispersion, λ 0.01 at 3e-3"),
-        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.03, scratch: value dispersion", "dispersion, λ 0.01 at 3e-2"),
-        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.003, scratch", "accuracy, 3e-3"),
-        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.03, scratch", "accuracy, 3e-2")]),
+        ("FedFrozen T0 25% with V L2 0.01 − without, at 0.003, scratch", "accuracy, 3e-3")]),
     ("C3", "text: Shakespeare roles, pretrained", [
         ("FedFrozen T0 25% with V L2 0.01 − without, at 0.001, pretrained: value dispersion",
          "dispersion, λ 0.01 at 1e-3"),
@@ -197,10 +193,8 @@ README_ROWS = [
     ("C4", "pretrained, Dir 0.1", [("v drift − Q/K drift, FedAvg, pretrained", "drift V − Q/K"),
                                    ("attn_out drift − Q/K drift, FedAvg, pretrained", "output − Q/K")]),
     ("C4", "text: Shakespeare roles", [
-        ("v drift − Q/K drift, FedAvg at 0.003, scratch", "V − Q/K, scratch 3e-3"),
-        ("embed drift − Q/K drift, FedAvg at 0.003, scratch", "embeddings − Q/K, scratch 3e-3"),
-        ("v drift − Q/K drift, FedAvg at 0.03, scratch", "V − Q/K, scratch 3e-2"),
-        ("embed drift − Q/K drift, FedAvg at 0.03, scratch", "embeddings − Q/K, scratch 3e-2"),
+        ("v drift − Q/K drift, FedAvg at 0.003, scratch", "V − Q/K, scratch"),
+        ("embed drift − Q/K drift, FedAvg at 0.003, scratch", "embeddings − Q/K, scratch"),
         ("v drift − Q/K drift, FedAvg at 0.001, pretrained", "V − Q/K, pretrained"),
         ("embed drift − Q/K drift, FedAvg at 0.001, pretrained", "embeddings − Q/K, pretrained")]),
     ("C4 freezing each group", "base, Dir 0.1", [("freeze V − FedAvg", "freeze V"),

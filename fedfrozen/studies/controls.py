@@ -41,14 +41,16 @@ CELLS = ("constant", "bodies", "classes", "rates", "local5")
 @dataclass(frozen=True)
 class Arm:
     """One arm of a cell, one of its seeds: the cell ("constant, Dir 0.1"), the arm ("fedfrozen T0 25% @ 1e-3"),
-    the Config of that seed, the model's short name where the cell compares models (notebooks 12-14) and T0 as a
-    fraction of the rounds (None for FedAvg, or where the arm does not say)."""
+    the Config of that seed, the model's short name where the cell compares models (notebooks 12-14), T0 as a
+    fraction of the rounds (None for FedAvg, or where the arm does not say) and the run's budget as a multiple of its
+    cell's first (notebook 15; 1 elsewhere)."""
 
     cell: str
     arm: str
     cfg: Config
     model: str = ""
     fraction: float | None = None
+    budget: int = 1
 
 
 def arm_label(method: str, fraction: float | None, lr: float) -> str:

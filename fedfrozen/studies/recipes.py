@@ -18,7 +18,11 @@ rotations: it is not used here):
   group i mod SHIFT_GROUPS, its images turned by 90°·g, or with its patches in group g's order), at AdamW's base rate;
   `late_acc` is the mean over the groups' test sets, `worst_group_acc` the lowest group's late accuracy;
 - `p4`: the 49-token ViT (`vit_fmnist_p4`: patch 4, width 64, depth 3, 4 heads) at Dirichlet 0.1, its rate by the
-  rule on CPU_LR_GRID on SELECTION_SEED (both arms at both rates where they choose differently).
+  rule on CPU_LR_GRID on SELECTION_SEED (both arms at both rates where they choose differently);
+- `p4_w48`: the adamw cell's ViT (`vit_fmnist_w48`: width 48, depth 3, 4 heads) at patch 4, so 49 tokens where the
+  adamw cell's sees 16 and nothing else changes (the same rate, AdamW's base rate, the same seeds): the pair only.
+  On the smoke and paper profiles the p4 cell already keeps the base model's width, so this cell would repeat its
+  runs and is not built (`build` skips it where its fields are p4's).
 
 FedFrozen at T0 = 25% of the rounds is C1's arm (on `seeds_pair`); T0 = 0 and 50% are C2's neighbours (on
 `seeds_rest`; the sgd cell runs 50% only, the adamw cell the pair only).
@@ -49,7 +53,7 @@ from .profiles import (
 __all__ = ["CELLS", "SELECTION_SEED", "SHIFT_GROUPS", "SGD_BUDGET", "PLATEAU_POINTS", "cell_fields", "grid_of",
            "selection_configs", "rates_by_rule", "plateau_gain", "build", "comparisons"]
 
-CELLS = ("sgd", "adamw", "rotation", "patch_permutation", "p4")
+CELLS = ("sgd", "adamw", "rotation", "patch_permutation", "p4", "p4_w48")
 SHIFT_GROUPS = 4  # four client groups: quarter turns (exact), four patch orders
 # Plain SGD's budget: local epochs and rounds, measured on SELECTION_SEED (docs/cpu_profile.md, "Plain SGD's budget":
 # docs' test 1 is met by no budget at Dirichlet 0.1; at this one plain-SGD FedAvg is above AdamW's level, 0.732)
@@ -67,11 +71,14 @@ def cell_fields(profile: str, base: dict, cell: str) -> dict:
     smoke = select(profile, smoke=True, cpu=False, paper=False)
     if cell == "sgd":
         return {**fields, **dirichlet_fields(0.1), **SGD_AS_PUBLISHED, **(SMOKE_BUDGET if smoke else SGD_BUDGET)}
-    if cell in ("adamw", "p4"):
+    if cell in ("adamw", "p4", "p4_w48"):
         fields.update(dirichlet_fields(0.1))
+        more_tokens = dict(model_kwargs={**base.get("model_kwargs", {}),  # the base model at a smaller patch
+                                         "patch_size": select(profile, smoke=1, cpu=4, paper=2)})
         if cell == "p4":
-            fields.update(select(profile, smoke=dict(model_kwargs={**base.get("model_kwargs", {}), "patch_size": 1}),
-                                 cpu=dict(model="vit_fmnist_p4"), paper=dict(model_kwargs={"patch_size": 2})))
+            fields.update(select(profile, smoke=more_tokens, cpu=dict(model="vit_fmnist_p4"), paper=more_tokens))
+        elif cell == "p4_w48":
+            fields.update(more_tokens)
         return fields
     return {**fields, "partition": "iid", "shift": cell, "shift_groups": 2 if smoke else SHIFT_GROUPS}
 
@@ -130,13 +137,16 @@ def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_res
     """Every arm of notebook 13's `cells`, one Arm per seed. `rates`: {cell: {method: rate}} of the rule
     (`rates_by_rule`) for sgd and p4; the adamw and shift cells run at AdamW's base rate (profiles.learning_rates:
     FedAvg's, which FedFrozen selected too). FedAvg and FedFrozen T0 25% on `seeds_pair`, T0 0 and 50% on
-    `seeds_rest`."""
+    `seeds_rest`; the p4_w48 cell the pair only, at AdamW's base rate, and not where its fields are p4's (the smoke
+    and paper profiles, where p4 keeps the base width)."""
     cells = among("cells", cells, CELLS)
     pair, rest = seed_lists(seeds_pair=seeds_pair, seeds_rest=seeds_rest)
     base_lr = learning_rates(["fedavg"], profile=profile, dataset=base["dataset"])["fedavg"]
     out: list[Arm] = []
     for cell in cells:
         fields = cell_fields(profile, base, cell)
+        if cell == "p4_w48" and fields == cell_fields(profile, base, "p4"):
+            continue
         model = fields.get("model", "")
         if cell in ("sgd", "p4") and cell not in rates:
             raise ValueError(f"rates has no selected rates for cell {cell!r} (rates_by_rule)")
@@ -145,7 +155,7 @@ def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_res
             plan = [("fedavg", None, shared, pair), ("fedfrozen", 0.25, shared, pair), ("fedfrozen", 0.5, shared, rest)]
             if own != shared:  # FedFrozen at its own best: the second row (against FedAvg at its own)
                 plan.append(("fedfrozen", 0.25, own, pair))
-        elif cell == "adamw":
+        elif cell in ("adamw", "p4_w48"):
             plan = [("fedavg", None, base_lr, pair), ("fedfrozen", 0.25, base_lr, pair)]
         else:
             chosen = sorted(set(rates[cell].values())) if cell == "p4" else [base_lr]

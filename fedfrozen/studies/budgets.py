@@ -1,0 +1,139 @@
+"""The verdict against the budget (notebook 15): C1 where FedAvg has stopped climbing.
+
+Several of the README's C1 cells are decided while FedAvg is still rising at the last rounds
+(docs/cpu_profile.md, "The doubling criterion"). Freezing Q/K after 25% of a run that has not converged may cost what
+a converged run would not. Each cell here is one of those cells run again at longer budgets, everything else as it
+was (the same data, start, rate, and T0 = 25% of the rounds: the cosine schedule spans each run's rounds):
+
+- `adamw`: notebook 13's AdamW pair at Dirichlet 0.1 (the README's main C1 row, 120 rounds), the pair again at 4x
+  the rounds and FedAvg alone at 2x, 15 seeds;
+- `adamw_5ep`: AdamW at plain SGD's budget (5 local epochs, 240 rounds), its rate by the one rule at that budget on
+  SELECTION_SEED (as plain SGD's was), 15 seeds: with notebook 13's sgd cell, the pair that changes the optimiser
+  alone;
+- `sgd`: notebook 13's plain-SGD pair (5 local epochs, 240 rounds) and at 2x the rounds, 5 seeds;
+- `p4_w48`: notebook 13's 49-token cell at width 48, at 2x and 4x the rounds, 5 seeds;
+- `text_scratch`, `text_pretrained`: notebook 14's pair from each start at its rate by the rule (three held-out
+  seeds), at 4x the rounds (the same local work a round), FedAvg alone at 2x, 5 seeds.
+
+PLAN gives each cell's budgets (multiples of its first): those that run the pair, those that run FedAvg alone (for the
+doubling criterion, ff.convergence.doubling), and the seeds. The 1x runs are the notebooks' own (the same Configs:
+they load from the cache), so a longer budget is the 1x Config with `rounds` and T0 scaled.
+
+    arms = budgets.build(profile, image_base, text_base, rates)      # [Arm(cell, arm, cfg, model, fraction), ...]
+    rows = budgets.comparisons(arms)                                 # [(claim, label, cell, a, b), ...]
+"""
+
+from __future__ import annotations
+
+from ..engine.config import Config
+from . import recipes, roles
+from .beyond import SELECTION_SEED
+from .controls import Arm, arm_label
+from .profiles import CPU_LR_GRID, among, learning_rates, select
+
+__all__ = ["CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs", "build",
+           "comparisons"]
+
+CELLS = ("adamw", "adamw_5ep", "sgd", "p4_w48", "text_scratch", "text_pretrained")
+TEXT_CELLS = {"text_scratch": "scratch", "text_pretrained": "pretrained"}  # cell -> notebook 14's start
+# cell -> (budgets that run the pair, budgets that run FedAvg alone, seeds): budgets as multiples of the cell's first
+PLAN = {
+    "adamw": ((1, 4), (2,), range(15)),
+    "adamw_5ep": ((1,), (), range(15)),
+    "sgd": ((1, 2), (), range(5)),
+    "p4_w48": ((1, 2, 4), (), range(5)),
+    "text_scratch": ((1, 4), (2,), range(5)),
+    "text_pretrained": ((1, 4), (2,), range(5)),
+}
+FIVE_EPOCHS = dict(local_epochs=recipes.SGD_BUDGET["local_epochs"], rounds=recipes.SGD_BUDGET["rounds"])
+
+
+def cell_name(arm: Arm) -> str:
+    """The cell of `arm` at its budget, as tables and comparisons group it: "adamw, 480 rounds"."""
+    return f"{arm.cell}, {arm.cfg.rounds} rounds"
+
+
+def first_fields(profile: str, image_base: dict, text_base: dict | None, cell: str) -> dict:
+    """The Config fields of `cell` at its first budget (its arms add method, rate, T0, seed): notebook 13's cell's
+    (adamw, sgd, p4_w48), AdamW at FIVE_EPOCHS over the adamw cell's (adamw_5ep; the smoke profile: its own small
+    budget), notebook 14's start (the text cells: `text_base` is roles.fields)."""
+    if cell not in CELLS:
+        raise ValueError(f"cell must be one of {', '.join(CELLS)}; got {cell!r}")
+    if cell in TEXT_CELLS:
+        if text_base is None:
+            raise ValueError(f"cell {cell!r} needs text_base (roles.fields(profile, data_root))")
+        fields = roles.cell_fields(text_base, TEXT_CELLS[cell])
+    elif cell == "adamw_5ep":
+        fields = {**recipes.cell_fields(profile, image_base, "adamw"),
+                  **select(profile, smoke=dict(local_steps=4, rounds=3), cpu=FIVE_EPOCHS, paper=FIVE_EPOCHS)}
+    else:
+        fields = recipes.cell_fields(profile, image_base, cell)
+    return fields
+
+
+def selection_configs(profile: str, image_base: dict, grid=None) -> list[Config]:
+    """The configs the one rule compares for adamw_5ep: FedAvg and FedFrozen (T0 25%) at each rate of CPU_LR_GRID
+    (the smoke profile two), on SELECTION_SEED."""
+    fields = first_fields(profile, image_base, None, "adamw_5ep")
+    fields.update(warmup_rounds=int(round(0.25 * fields["rounds"])), seed=SELECTION_SEED)
+    grid = select(profile, smoke=CPU_LR_GRID[1:3], cpu=CPU_LR_GRID, paper=CPU_LR_GRID) if grid is None else grid
+    return [Config(method=m, lr=float(lr), **fields) for m in ("fedavg", "fedfrozen") for lr in grid]
+
+
+def _rate(profile: str, image_base: dict, cell: str, rates: dict) -> float:
+    if cell in TEXT_CELLS:
+        chosen = rates.get(TEXT_CELLS[cell]) or rates.get(cell)
+        if not chosen:
+            raise ValueError(f"rates has no rate for cell {cell!r} (notebook 14's rule: {{start: {{method: rate}}}})")
+        lrs = sorted(set(chosen.values()))
+        if len(lrs) != 1:
+            raise ValueError(f"cell {cell!r} runs at one rate, but the rule chose {chosen!r}")
+        return lrs[0]
+    if cell in ("adamw_5ep", "sgd"):
+        if cell not in rates:
+            raise ValueError(f"rates has no selected rates for cell {cell!r} (the one rule at its budget)")
+        return float(rates[cell]["fedavg"])  # both arms at FedAvg's rate (the shared rate)
+    return float(learning_rates(["fedavg"], profile=profile, dataset=image_base["dataset"])["fedavg"])
+
+
+def build(profile: str, image_base: dict, text_base: dict | None, rates: dict, cells=CELLS,
+          seeds: dict | None = None) -> list[Arm]:
+    """Every arm of `cells` at each budget of PLAN, one Arm per seed: FedAvg and FedFrozen T0 25% at the pair's
+    budgets, FedAvg alone at the others; at a budget of m times the first, `rounds` and T0 are m times theirs and
+    nothing else changes. `rates`: {"adamw_5ep": {method: rate}, "sgd": {method: rate}} of the rule at those budgets,
+    and notebook 14's {"scratch": ..., "pretrained": ...} for the text cells (one rate a start); adamw and p4_w48 run
+    at AdamW's base rate. `seeds` ({cell: seeds}) overrides PLAN's."""
+    cells = among("cells", cells, CELLS)
+    out: list[Arm] = []
+    for cell in cells:
+        pair_at, fedavg_at, cell_seeds = PLAN[cell]
+        cell_seeds = list((seeds or {}).get(cell, cell_seeds))
+        if not cell_seeds:
+            raise ValueError(f"seeds for cell {cell!r} must not be empty")
+        fields = first_fields(profile, image_base, text_base, cell)
+        lr = _rate(profile, image_base, cell, rates)
+        model = fields.get("model", "")
+        for m in sorted(set(pair_at) | set(fedavg_at)):
+            rounds = fields["rounds"] * m
+            t0 = int(round(0.25 * rounds))  # FedFrozen's T0; FedAvg ignores it (its key carries 25%'s, as in 13, 14)
+            for method in ("fedavg", "fedfrozen") if m in pair_at else ("fedavg",):
+                fraction = 0.25 if method == "fedfrozen" else None
+                for s in cell_seeds:
+                    extra = {"pretrain_seed": s} if fields.get("init") == "pretrained" else {}
+                    cfg = Config(method=method, seed=s, **{**fields, "lr": lr, "rounds": rounds,
+                                                           "warmup_rounds": t0, **extra})
+                    out.append(Arm(cell, arm_label(method, fraction, lr), cfg, model, fraction, m))
+    return out
+
+
+def comparisons(arms: list[Arm]) -> list[tuple]:
+    """(claim, label, cell, arm a, arm b): at each budget that ran the pair, FedFrozen T0 25% against FedAvg at the
+    same rate, paired by seed (C1); `cell` is the cell at its budget (`cell_name`)."""
+    have = {(cell_name(a), a.arm) for a in arms}
+    rows = []
+    for cell, lr in dict.fromkeys((cell_name(a), a.cfg.lr) for a in arms):
+        a, b = arm_label("fedfrozen", 0.25, lr), arm_label("fedavg", None, lr)
+        if (cell, a) in have and (cell, b) in have:
+            rows.append(("C1", f"FedFrozen T0 25% − FedAvg, both at {lr:g}, {cell}", cell, a, b))
+    return rows
+
