@@ -38,8 +38,8 @@ root = Path(__file__).resolve().parents[1]
 PAPER = ("00", "03", "04", "05", "06", "07")  # the notebooks of the paper's tables and figures
 # notebook 03's controlled cells (§ 3: both rates for both arms, a body per seed, issue "close the confounds") took
 # the paper's notebooks past their earlier 3 hours; `fedfrozen reproduce --ray` spreads the runs over a cluster
-BUDGET_HOURS = {"paper": 6.0, "all": 17.0}  # all: 12 added ~1.4 h idle, 13 ~3.7 h (193 runs, 45 of them
-# plain SGD at 5 epochs x 240 rounds), 14 ~5 h (151 text runs; its 16 pre-trained bodies, ~1 h more, are not counted)
+BUDGET_HOURS = {"paper": 6.0, "all": 19.0}  # all: 12 added ~1.4 h idle, 13 ~3.9 h (233 runs, 45 of them
+# plain SGD at 5 epochs x 240 rounds), 14 ~6.1 h (183 text runs; its 16 pre-trained bodies, ~1 h more, are not counted)
 IDLE_ROUND, IDLE_EPOCH = 0.114, 0.269  # seconds a round: evaluation and overhead; each local epoch (measured above)
 # notebook 12's other models (and 13's patch-4 ViT) against the ViT the idle rates were measured on
 # (benchmarks/model_cost.py, medians of 3 turns side by side): (training step, evaluation pass); a model not listed

@@ -159,8 +159,8 @@ README_ROWS = [
         ("FedFrozen T0 50% − FedAvg, both at 0.003, patch_permutation", "T0 50%, patch order")]),
     ("C2", "plain local SGD; 49 tokens, Dir 0.1", [
         ("FedFrozen T0 50% − FedAvg, both at 0.3, sgd", "T0 50%, SGD"),
-        ("FedFrozen T0 0% − FedAvg, both at 0.003, p4", "T0 0, 49 tokens"),
-        ("FedFrozen T0 50% − FedAvg, both at 0.003, p4", "T0 50%, 49 tokens")]),
+        ("FedFrozen T0 0% − FedAvg, both at 0.003, p4", "T0 0, 49 tokens at width 64"),
+        ("FedFrozen T0 50% − FedAvg, both at 0.003, p4", "T0 50%, 49 tokens at width 64")]),
     ("C2", "text: Shakespeare roles", [
         ("FedFrozen T0 0% − FedAvg, both at 0.003, scratch", "T0 0, scratch"),
         ("FedFrozen T0 50% − FedAvg, both at 0.003, scratch", "T0 50%, scratch"),
