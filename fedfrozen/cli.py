@@ -7,7 +7,8 @@ dataclass, grouped by method in --help), plus `--config FILE` (JSON or YAML) and
 interrupted `fedfrozen run` continues from its last checkpoint (kept every
 `--checkpoint-seconds`, default 60) and gives the History of an uninterrupted run.
 `fedfrozen reproduce --profile {smoke,cpu,paper} [--only 02,03]` executes the notebooks in
-order with papermill into runs/<profile>/ and prints one line per notebook.
+order with papermill into runs/<profile>/ and prints one line per notebook; `fedfrozen report` judges their
+verdict tables as one family and renders the figure and the documents' verdict blocks from it.
 """
 
 from __future__ import annotations
@@ -326,6 +327,13 @@ def cmd_archive(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .studies.report import write
+
+    write(args.profile)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedfrozen", description=__doc__.splitlines()[0])
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -409,6 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every notebook's grid on the Ray cluster at ADDRESS (auto, host:port; 'local' starts "
                         "one on this machine): sets FEDFROZEN_RAY_ADDRESS for the kernels (docs/cluster.md)")
     q.set_defaults(func=cmd_reproduce)
+    rp = sub.add_parser("report", help="judge the claim notebooks' verdict tables as one family: write "
+                                       "figures/readme_verdicts.csv, the headline figure and (cpu profile) the verdict "
+                                       "blocks of README.md and docs/claims.md")
+    rp.add_argument("--profile", choices=PROFILES, default="cpu",
+                    help="read runs/<profile>/figures (smoke, paper) or figures/ (cpu, default; also the documents)")
+    rp.set_defaults(func=cmd_report)
     return p
 
 

@@ -115,7 +115,7 @@ def test_the_book_has_every_notebook_doc_and_api_page_and_a_search_index(site):
     index = (site / "search" / "search_index.json").read_text()
     assert "paired" in index and "FedFrozen" in index
     front = (site / "index.html").read_text()
-    assert "figures/headline.png" in front and "What holds" in front  # the README is the front page
+    assert "figures/headline.png" in front and "What it found" in front  # the README is the front page
 
 
 def test_every_internal_link_and_anchor_resolves(site):
@@ -177,14 +177,17 @@ TABLE_ROWS = """needle => [...document.querySelectorAll('table')].filter(t => t.
                    .map(t => [t.rows.length, t.getBoundingClientRect().height])"""
 
 
-def test_the_front_page_shows_the_headline_figure_and_the_results_table(browser_page):
+def test_the_front_page_shows_the_headline_figure_and_the_claims_and_the_verdict_table_its_rows(browser_page):
     page, base = browser_page
     page.goto(base + "/", wait_until="load")
     images = page.evaluate(RENDERED_IMAGE, 'img[src*="headline"]')
     assert images and all(natural > 0 and width > 400 for natural, width in images), images  # decoded, laid out
-    tables = page.evaluate(TABLE_ROWS, "d ± 95% (n)")
-    assert tables and tables[0][0] >= 6 and tables[0][1] > 100, tables  # the verdict table, rendered as a table
+    tables = page.evaluate(TABLE_ROWS, "reproduced in")
+    assert tables and tables[0][0] >= 5 and tables[0][1] > 80, tables  # the claims table: a header and four claims
     page.screenshot(path=str(ARTIFACTS / "front_page.png"), full_page=True)
+    page.goto(base + "/claims/", wait_until="load")
+    tables = page.evaluate(TABLE_ROWS, "d ± 95% (n)")
+    assert tables and tables[0][0] >= 20 and tables[0][1] > 300, tables  # the verdict table, row by row
 
 
 def test_a_notebook_page_shows_its_figures_and_tables(browser_page):

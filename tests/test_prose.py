@@ -156,11 +156,12 @@ def test_the_front_page_and_the_claims_quote_only_committed_rows(doc):
     assert not found, f"{doc} quotes numbers no committed row holds: {found}"
 
 
-def test_the_readme_table_is_rendered_from_its_family():
-    import headline
+@pytest.mark.parametrize("doc", ["README.md", "docs/claims.md"])
+def test_the_documents_blocks_are_rendered_from_the_family(doc):
+    from fedfrozen.studies import report
 
-    readme = (ROOT / "README.md").read_text()
-    assert headline.render_readme(readme, family()) == readme, "run python tools/headline.py"
+    text = (ROOT / doc).read_text()
+    assert report.render(text, family(), doc) == text, "run fedfrozen report"
 
 
 def test_the_checker_catches_a_drifted_number():
@@ -176,8 +177,8 @@ def test_the_checker_catches_a_drifted_number():
     assert holm_problems("Holm over 7", {61}) and not holm_problems("Holm over 61", {61})
 
 
-def test_the_readme_states_the_size_of_its_family():
-    stated = re.search(r"The family: .*?: (\d+) comparisons, Holm", (ROOT / "README.md").read_text())
+def test_the_verdict_table_states_the_size_of_its_family():
+    stated = re.search(r"The family: .*?: (\d+) comparisons, Holm", (ROOT / "docs" / "claims.md").read_text())
     assert stated and int(stated.group(1)) == len(family())
 
 

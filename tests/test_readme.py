@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))  # headline, the tool that renders the README's table
 README = (ROOT / "README.md").read_text()
+CLAIMS = (ROOT / "docs" / "claims.md").read_text()
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.M | re.S)
 
 
@@ -105,12 +105,12 @@ def test_the_test_command_is_the_one_ci_runs():
 
 
 def verdicts() -> pd.DataFrame:
-    """Every verdict of notebooks 03-06 judged as the README's one family (tools/headline.py writes it)."""
+    """Every verdict of the claim notebooks judged as the README's one family (`fedfrozen report` writes it)."""
     return pd.read_csv(ROOT / "figures" / "readme_verdicts.csv", index_col=0)
 
 
-def test_every_verdict_the_readme_quotes_is_one_the_notebooks_wrote_with_its_family_verdict():
-    table = README[README.index("## What holds"):README.index("## Quickstart")]
+def test_every_verdict_the_table_quotes_is_one_the_notebooks_wrote_with_its_family_verdict():
+    table = CLAIMS[CLAIMS.index("## The verdicts, row by row"):CLAIMS.index("<!-- verdicts: end -->")]
     quoted = re.findall(r"d = ([+−-]\d\.\d{3}) ± (\d\.\d{3}) \((\d+)\): (lower alone|higher alone|lower|higher|"
                         r"not resolved)", table)
     assert len(quoted) >= 15
@@ -120,7 +120,7 @@ def test_every_verdict_the_readme_quotes_is_one_the_notebooks_wrote_with_its_fam
         written.setdefault((f"{d:+.3f}", f"{h:.3f}", str(n)), []).append((alone, after))
     for d, h, n, said in quoted:
         key = (d.replace("−", "-"), h, n)
-        assert key in written, f"README quotes d = {d} ± {h} ({n}), which no verdict table holds"
+        assert key in written, f"the verdict table quotes d = {d} ± {h} ({n}), which no verdict table holds"
         if said.endswith(" alone"):  # resolved by the paired rule, not after Holm over the family
             fits = [after == "no difference resolved" and alone == said.split()[0] for alone, after in written[key]]
         else:
@@ -131,28 +131,32 @@ def test_every_verdict_the_readme_quotes_is_one_the_notebooks_wrote_with_its_fam
 def test_the_readme_family_is_the_notebooks_tables_judged_together():
     """readme_verdicts.csv is the verdict tables of 03-06 (06's drift family, 03 § 3's controls and rates included)
     adjusted as one family, each table also adjusted alone; each hypothesis (the measure and both arms' configs up to
-    the seed) counts once, as its row with the most seeds (headline.FAMILY)."""
-    import headline
-
+    the seed) counts once, as its row with the most seeds (report.FAMILY)."""
     import fedfrozen as ff
+    from fedfrozen.studies import report
 
-    frames = [pd.read_csv(ROOT / "figures" / f"{nb}_verdicts.csv", index_col=0) for nb in headline.NOTEBOOKS]
+    frames = [pd.read_csv(ROOT / "figures" / f"{nb}_verdicts.csv", index_col=0) for nb in report.NOTEBOOKS]
     for f in frames:  # each notebook's table is its own family
         # (the CSV keeps 6 significant digits of d and the half-width: p recomputed from them agrees to 1e-4)
         pd.testing.assert_frame_equal(ff.tables.adjust(f.drop(columns=ff.tables.ADJUSTED_COLUMNS)), f, rtol=1e-4)
     family = verdicts()
-    joined = headline.verdicts("cpu")
+    joined = report.verdicts("cpu")
     assert len(family) == joined["hypothesis"].nunique() < len(joined)  # 04's T0 = 25% is 03's comparison: once
-    kept = set(zip(family["comparison"], family["measure"], family["n"]))
+    def key(frame):  # a row's identity: its table, grouping, both arms' values and measure (never its label)
+        return list(zip(frame["source"], frame["by"], frame["a"], frame["b"], frame["measure"]))
+
+    kept = set(key(family))
+    assert len(kept) == len(family)
     for _, same in joined.groupby("hypothesis"):  # the one kept has the most seeds
-        mine = same[[(c, m, n) in kept for c, m, n in zip(same["comparison"], same["measure"], same["n"])]]
-        assert len(mine) >= 1 and mine["n"].max() == same["n"].max(), same["comparison"].tolist()
-    rates = pd.read_csv(ROOT / "figures" / "03_rate_sensitivity_verdicts.csv", index_col=0)
-    assert set(rates["comparison"]) <= set(family["comparison"])  # the rates are in the family
-    assert headline.FAMILY.format(n=len(family)) in README  # the definition and size under the table
-    for row in family.itertuples(index=False):  # every family row is a row some notebook wrote, digit for digit
-        same = joined[(joined["comparison"] == row.comparison) & (joined["measure"] == row.measure)]
-        assert ((same["d"] == row.d) & (same["half_width"] == row.half_width) & (same["n"] == row.n)).any(), row
+        mine = same[[k in kept for k in key(same)]]
+        assert len(mine) >= 1 and mine["n"].max() == same["n"].max(), key(same)
+    hypothesis = dict(zip(key(joined), joined["hypothesis"]))
+    rates = joined[joined["source"] == "03_rate_sensitivity"]
+    assert len(rates) and set(rates["hypothesis"]) <= {hypothesis[k] for k in kept}  # the rates are in the family
+    assert report.FAMILY.format(n=len(family)) in CLAIMS  # the definition and size under the table
+    written = {k: r for k, r in zip(key(joined), joined.itertuples(index=False))}
+    for k, row in zip(key(family), family.itertuples(index=False)):  # a row some notebook wrote, digit for digit
+        assert (written[k].d, written[k].half_width, written[k].n) == (row.d, row.half_width, row.n), k
     again = ff.tables.adjust(family.drop(columns=[*ff.tables.ADJUSTED_COLUMNS, "low", "high", "half_width_holm"]))
     assert list(again["verdict_holm"]) == list(family["verdict_holm"])
     assert again["p_holm"].to_numpy() == pytest.approx(family["p_holm"].to_numpy(), rel=1e-4)
@@ -164,15 +168,14 @@ def test_a_run_stored_before_a_field_was_added_is_the_same_hypothesis(tmp_path):
     notebook 03's Dir 0.1 comparison with more seeds)."""
     import json
 
-    import headline
-
     import fedfrozen as ff
+    from fedfrozen.studies import report
 
     full = ff.Config(rounds=4, seed=3).to_dict()
     old = {k: v for k, v in full.items() if k not in ("shift", "shift_groups", "min_samples_by")}
     for name, cfg in (("a", full), ("b", old), ("c", {**full, "seed": 4}), ("d", {**full, "rounds": 5})):
         (tmp_path / f"{name}_configs.jsonl").write_text(json.dumps({"key": name, "experiment": "t", "config": cfg}))
-    spelt = {n: headline._configs(tmp_path, n)[n] for n in "abcd"}
+    spelt = {n: report._configs(tmp_path, n)[n] for n in "abcd"}
     assert spelt["a"] == spelt["b"] == spelt["c"] != spelt["d"]  # up to the seed; another rounds is another
 
 
@@ -186,28 +189,35 @@ def test_the_headline_intervals_agree_with_the_fill():
 
 
 def test_the_readme_is_a_front_page():
-    assert len(README.splitlines()) <= 150
+    """Read in two minutes: its first 40 lines say what the project is, what it found (a few bullets and the figure)
+    and how to run it; the verdict table is in docs/claims.md."""
+    first = "\n".join(README.splitlines()[:40])
+    assert "arXiv 2605.06446" in first and "figures/headline.png" in first
+    found = first[first.index("## What it found"):first.index("## Run it")]
+    assert 3 <= len(re.findall(r"^- \*\*", found, re.M)) <= 6
+    assert 'pip install -e ".[dev]"' in first and "fedfrozen reproduce --profile smoke" in first
+    assert "<!-- verdicts:" not in README and "<!-- verdicts:" in CLAIMS
+    assert len(README.splitlines()) <= 120
     for target in re.findall(r"\]\((?!https?://|#)([^)\s]+)\)", README):
         assert (ROOT / target.split("#")[0]).exists(), f"README links to {target}, which does not exist"
     assert "figures/headline.png" in README
 
 
 def test_the_front_page_figure_is_readable():
-    """One marker per README row that quotes an accuracy comparison (at most ~27), a plot area of at least 40% of the
-    figure's width, and a height no more than twice the width: 80 rows of labels squeezed it to a sliver once."""
+    """One marker per verdict-table row that quotes an accuracy comparison (at most ~27), a plot area of at least 40%
+    of the figure's width, and a height no more than twice the width: 80 rows of labels squeezed it to a sliver once."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import headline
     import matplotlib.pyplot as plt
 
+    from fedfrozen.studies import report
+
     family = verdicts()
-    fig = headline.readme_figure(family)
+    fig = report.figure(family)
     try:
-        rows = headline.figure_rows(family)
-        measure = family.set_index("comparison")["measure"]
-        accuracy_rows = [claim for claim, _, quoted in headline.README_ROWS
-                         if any(measure.loc[c] in headline.ACCURACY for c, _ in quoted)]
+        rows = report.figure_rows(family)
+        accuracy_rows = [row for row in report.ROWS if any(q.measure in report.ACCURACY for q in row.quotes)]
         assert len(rows) == len(accuracy_rows) <= 27
         width, height = fig.get_size_inches()
         assert height <= 2 * width

@@ -13,7 +13,8 @@ from the cache (measured here) and the pre-training of any pretrained start (not
 setting). Runs not in the cache are trained by the execution and their time measured as they are, so on an empty
 cache this tool is the end-to-end reproduction.
 
-The paper's notebooks (PAPER) and all of them have a budget on the 2-core machine: 6 h and 17 h (README).
+The paper's notebooks (PAPER) and all of them have a budget on the 2-core machine: 6 h and 19 h
+(docs/cpu_profile.md, "Time").
 
 A run's recorded seconds are what it took when it was trained, tests or other runs beside it included (a five-epoch
 run recorded 407 s took 175 s with only its pair running). So the tool also gives an idle estimate: each run at

@@ -42,7 +42,7 @@ from .profiles import data_root as default_data_root
 
 __all__ = ["INITS", "SELECTION_SEED", "SELECTION_SEEDS", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET",
            "PRETRAIN_EPOCHS", "VALUE_L2", "LR_GRID", "DRIFT_GROUPS", "fields", "cell_fields", "selection_seeds",
-           "selection_configs", "rates_by_rule", "build", "is_sensitivity", "comparisons", "drift_table"]
+           "selection_configs", "rates_by_rule", "penalty_arm", "build", "is_sensitivity", "comparisons", "drift_table"]
 
 INITS = ("scratch", "pretrained")
 N_CLIENTS = 100          # the 100 largest roles (of the 349 with 2,000 characters or more outside the server's plays)
@@ -117,7 +117,8 @@ def rates_by_rule(profile: str, base: dict, inits=INITS, experiment: str = "shak
                          extra=lambda cfg, hist: {"seed": cfg.seed})
 
 
-def _c3_label(lr: float) -> str:
+def penalty_arm(lr: float) -> str:
+    """The arm label of C3's FedFrozen T0 25% at `lr` with the value penalty VALUE_L2."""
     return f"{arm_label('fedfrozen', 0.25, lr)} + V L2 {VALUE_L2:g}"
 
 
@@ -151,7 +152,7 @@ def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_res
                     if c3:
                         extra["value_l2"] = VALUE_L2
                     cfg = Config(method=method, seed=s, **{**f, "lr": float(lr), "warmup_rounds": t0, **extra})
-                    out.append(Arm(init, _c3_label(lr) if c3 else arm_label(method, fraction, lr), cfg,
+                    out.append(Arm(init, penalty_arm(lr) if c3 else arm_label(method, fraction, lr), cfg,
                                    f["model"], fraction))
     return out
 
@@ -167,9 +168,9 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
     FedAvg of its cell at the same rate (C1 for T0 25%, C2 for T0 0 and 50%: recipes.comparisons), and the value
     penalty against the same FedFrozen arm without it (C3)."""
     have = {(a.cell, a.arm) for a in arms}
-    c3 = [("C3", f"FedFrozen T0 25% with V L2 {VALUE_L2:g} − without, at {lr:g}, {cell}", cell, _c3_label(lr),
+    c3 = [("C3", f"FedFrozen T0 25% with V L2 {VALUE_L2:g} − without, at {lr:g}, {cell}", cell, penalty_arm(lr),
            arm_label("fedfrozen", 0.25, lr))
-          for cell, lr in dict.fromkeys((a.cell, a.cfg.lr) for a in arms) if (cell, _c3_label(lr)) in have]
+          for cell, lr in dict.fromkeys((a.cell, a.cfg.lr) for a in arms) if (cell, penalty_arm(lr)) in have]
     return recipes.comparisons(arms) + c3
 
 
