@@ -40,7 +40,7 @@ MODULES = {
                "server", "round", "loop"),
     "runs": ("cluster", "experiments", "archive", "dryrun"),
     "studies": ("profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "controls", "regime",
-                "beyond", "recipes", "roles", "budgets", "report", "verification"),
+                "beyond", "recipes", "roles", "report", "budgets", "verification"),
 }
 _LAYER_OF = {m: layer for layer, names in MODULES.items() for m in names}
 

@@ -70,3 +70,77 @@ def test_bad_input_is_refused_before_any_run():
         budgets.build("cpu", image, text, {}, cells=["sgd"])
     with pytest.raises(ValueError, match="seeds for cell 'adamw' must not be empty"):
         budgets.build("cpu", image, text, RATES, cells=["adamw"], seeds={"adamw": []})
+
+
+# Every README cell's status: the FedAvg settings the README's rows rest on, screened, and doubled where the screen
+# gains a point or more
+
+def test_every_readme_comparison_rests_on_one_fedavg_setting_and_the_study_cells_are_named():
+    from fedfrozen.studies import report
+    from fedfrozen.studies.budgets import STUDY_CELLS, readme_settings
+
+    settings = readme_settings("cpu")
+    quoted = [f"{row.code} {row.regime}: {q.label}" for row in report.ROWS for q in row.quotes]
+    assert sorted(r for s in settings for r in s["rows"]) == sorted(quoted)  # each comparison once
+    for s in settings:
+        assert [c.seed for c in s["configs"]] == list(range(5)) and {c.method for c in s["configs"]} == {"fedavg"}
+    # the README's main C1 row rests on the adamw cell's FedAvg (notebook 13's), which notebook 15 doubles itself
+    (main,) = [s for s in settings if "C1 base, Dir 0.1: accuracy" in s["rows"]]
+    assert main["cell"] == "adamw" and any(r.startswith("C3 base, Dir 0.1") for r in main["rows"])  # 05's λ = 0
+    assert {s["cell"] for s in settings} - {None} == set(STUDY_CELLS.values()) - {"adamw_5ep"}
+    # one body and a body per seed are two settings (their pre-training seeds differ), one line each
+    one, per_seed = ([s for s in settings if f"C1 pretrained, Dir 0.1: {x}" in s["rows"]] for x in
+                     ("one body", "a body per seed"))
+    assert len(one) == len(per_seed) == 1 and one[0] is not per_seed[0]
+    assert {c.pretrain_seed for c in per_seed[0]["configs"]} == set(range(5))
+
+
+def test_a_screen_run_stands_apart_from_a_notebooks_runs_unless_every_one_is_cached(tmp_path):
+    from fedfrozen.studies.budgets import doubled, screen_experiment
+
+    cfgs = [ff.Config(rounds=4, warmup_rounds=1, seed=s) for s in (0, 1)]
+    assert screen_experiment(cfgs, "digits", root=tmp_path) == "digits_screen"
+    for c in cfgs:
+        folder = tmp_path / "digits" / config_key(c)
+        folder.mkdir(parents=True)
+        (folder / "history.json").write_text("{}")
+    assert screen_experiment(cfgs, "digits", root=tmp_path) == "digits"
+    twice = doubled(cfgs[0])
+    assert (twice.rounds, twice.warmup_rounds) == (8, 2)
+    assert {k for k, v in twice.to_dict().items() if cfgs[0].to_dict()[k] != v} == {"rounds", "warmup_rounds"}
+
+
+def _run(seed, late, gain, rounds=100):
+    """A History-like run: evaluated every round of its last fifth on a line that gains `gain` over a tenth of the
+    rounds, ending at `late`."""
+    from types import SimpleNamespace
+
+    rows = [dict(round=r, test_acc=late - gain * (rounds - 1 - r) / (rounds / 10)) for r in range(80, rounds)]
+    return SimpleNamespace(rows=rows, config=dict(rounds=rounds, seed=seed), diverged=None, late_accuracy=late)
+
+
+def test_the_status_is_the_screen_or_the_doubling_and_says_which():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from fedfrozen.studies.budgets import readme_status
+    from fedfrozen.studies.convergence import FAILS, PASSES
+
+    cfg = SimpleNamespace(rounds=100)
+    settings = [dict(rows=["C1 flat"], cell=None, configs=[cfg]), dict(rows=["C1 rising"], cell=None, configs=[cfg]),
+                dict(rows=["C1 rising, doubled"], cell=None, configs=[cfg]),
+                dict(rows=["C1 study"], cell="adamw", configs=[cfg]), dict(rows=["C1 pending"], cell="sgd",
+                                                                           configs=[cfg]),
+                dict(rows=["C1 smoke"], cell=None, configs=[cfg])]
+    flat = [_run(s, 0.7, 0.002) for s in range(5)]
+    rising = [_run(s, 0.7, 0.03) for s in range(5)]
+    twice = [_run(s, 0.74 + 0.001 * s, 0.0) for s in range(5)]
+    convergence = pd.DataFrame([dict(cell="adamw", budget=1, by="doubling", gain=0.004, half_width=0.002, n=15,
+                                     status=PASSES)])
+    got = readme_status(settings, [flat, rising, rising, flat, flat, []], {2: (rising, twice)}, convergence)
+    assert list(got["status"]) == [PASSES, "needs the doubling runs", FAILS, PASSES, "pending: its runs are not in",
+                                   "not run at this profile"]
+    assert list(got["by"])[:3] == ["last tenth", "last tenth", "doubling (FedAvg at 2x)"]
+    assert got.loc[0, "screen_mean"] == pytest.approx(0.2) and got.loc[1, "screen_mean"] == pytest.approx(3.0)
+    assert got.loc[2, "gain"] == pytest.approx(100 * (0.742 - 0.7)) and got.loc[3, "gain"] == pytest.approx(0.4)

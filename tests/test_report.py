@@ -101,3 +101,17 @@ def test_the_claims_table_counts_what_the_verdict_table_says(family):
         assert f"[{len(tested)}]" in line
         held = sum(w.startswith("**reproduced**") for w in tested)
         assert (f"| {held}: " in line) if held else ("| none |" in line)
+
+
+def test_an_arms_configs_are_its_runs_in_its_notebooks_tables():
+    from fedfrozen.runs.experiments import config_key
+
+    quote = report.cell("13", "adamw", ("fedfrozen", 0.25, 3e-3), ("fedavg", None, 3e-3), "accuracy")
+    fedavg, fedfrozen = report.arm_configs(quote, "b"), report.arm_configs(quote, "a")
+    assert [c.seed for c in fedavg] == [c.seed for c in fedfrozen] == list(range(15))
+    assert {c.method for c in fedavg} == {"fedavg"} and {c.method for c in fedfrozen} == {"fedfrozen"}
+    per_seed = pd.read_csv(ROOT / "figures" / "13_per_seed.csv", index_col=0)
+    keys = set(per_seed[(per_seed["cell"] == "adamw") & (per_seed["arm"] == quote.b["arm"])]["key"])
+    assert {config_key(c) for c in fedavg} == keys  # the same runs, read back by their keys
+    with pytest.raises(ValueError, match="side must be 'a' or 'b'"):
+        report.arm_configs(quote, "c")

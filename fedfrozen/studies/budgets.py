@@ -25,14 +25,18 @@ they load from the cache), so a longer budget is the 1x Config with `rounds` and
 
 from __future__ import annotations
 
-from ..engine.config import Config
-from . import recipes, roles
+import json
+import math
+
+from ..engine.config import Config, identity
+from . import recipes, report, roles
 from .beyond import SELECTION_SEED
 from .controls import Arm, arm_label
 from .profiles import CPU_LR_GRID, among, learning_rates, select
 
 __all__ = ["CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs", "build",
-           "comparisons"]
+           "comparisons", "SCREEN_SEEDS", "STUDY_CELLS", "readme_settings", "screen_experiment", "doubled",
+           "screen", "readme_status"]
 
 CELLS = ("adamw", "adamw_5ep", "sgd", "p4_w48", "text_scratch", "text_pretrained")
 TEXT_CELLS = {"text_scratch": "scratch", "text_pretrained": "pretrained"}  # cell -> notebook 14's start
@@ -137,3 +141,142 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
             rows.append(("C1", f"FedFrozen T0 25% − FedAvg, both at {lr:g}, {cell}", cell, a, b))
     return rows
 
+
+
+# Every README cell's status (issue: the verdict where FedAvg has stopped climbing): the FedAvg runs each README row
+# rests on, screened by the last tenth, and where the screen is above a point, FedAvg at twice the rounds
+SCREEN_SEEDS = range(5)
+# the notebooks' cells this notebook runs at longer budgets: (verdict table, its cell) -> notebook 15's cell
+STUDY_CELLS = {("13", "adamw"): "adamw", ("13", "sgd"): "sgd", ("13", "p4_w48"): "p4_w48",
+               ("14", "scratch"): "text_scratch", ("14", "pretrained"): "text_pretrained"}
+
+
+def _fedavg_arm(quote, profile: str, seeds: set) -> list[Config] | None:
+    """The Configs (on `seeds`) of the runs that are `quote`'s FedAvg setting: its arm that trains FedAvg (b, else
+    a); where neither does (C3 compares FedFrozen with and without the value penalty, the baselines row FedFrozen
+    with FedProx and SCAFFOLD), its FedFrozen arm without the penalty, as FedAvg (the same Config but the method:
+    FedAvg's runs carry T0 too). None where it has neither."""
+    for want in ("fedavg", "fedfrozen"):
+        for side in ("b", "a"):
+            cfgs = [c for c in report.arm_configs(quote, side, profile) if c.seed in seeds]
+            if cfgs and all(c.method == want and c.value_l2 == 0 for c in cfgs):
+                return [c if want == "fedavg" else c.replace(method="fedavg") for c in cfgs]
+    return None
+
+
+def readme_settings(profile: str = "cpu", rows=None, seeds=SCREEN_SEEDS) -> list[dict]:
+    """The FedAvg settings the README's rows rest on (`report.ROWS`, or `rows`), once each, on `seeds`: for every
+    comparison a row quotes, the runs of its FedAvg arm (`_fedavg_arm`). Comparisons whose FedAvg runs agree up to
+    the seed share one setting. Returns [dict(rows=["C1 base, IID: accuracy", ...], cell=notebook 15's cell
+    (STUDY_CELLS) or None, configs=[Config per seed])], in the rows' order."""
+    seeds = set(seeds)
+    out: dict = {}
+    for row in report.ROWS if rows is None else rows:
+        for q in row.quotes:
+            cfgs = _fedavg_arm(q, profile, seeds)
+            if cfgs is None:
+                raise ValueError(f"{row.claim} {row.regime!r}, {q.label!r}: no arm with FedAvg's runs on seeds "
+                                 f"{sorted(seeds)}")
+            setting = json.dumps(sorted({json.dumps(identity({k: v for k, v in c.to_dict().items() if k != "seed"}),
+                                                    sort_keys=True) for c in cfgs}))  # a body per seed differs
+            entry = out.setdefault(setting, dict(rows=[], cell=None, configs=cfgs))
+            entry["rows"].append(f"{row.code} {row.regime}: {q.label}")
+            entry["cell"] = entry["cell"] or STUDY_CELLS.get((q.source, q.b.get("cell")))
+            if len(cfgs) > len(entry["configs"]):
+                entry["configs"] = cfgs
+    return list(out.values())
+
+
+def screen_experiment(cfgs, experiment: str, root=None) -> str:
+    """Where a setting's FedAvg runs are read: `experiment` when every one of them is in its cache (the notebook's
+    own runs), else `experiment + "_screen"`, so that a run trained here for the screen never stands in the cache
+    for a notebook's committed run trained on another CPU."""
+    from ..runs.experiments import config_key, results_root
+
+    folder = results_root(root) / experiment
+    if all((folder / config_key(c) / "history.json").exists() for c in cfgs):
+        return experiment
+    return f"{experiment}_screen"
+
+
+def doubled(cfg: Config) -> Config:
+    """`cfg` at twice its rounds, T0 scaled with them (as `build` scales a budget)."""
+    return cfg.replace(rounds=2 * cfg.rounds, warmup_rounds=2 * cfg.warmup_rounds)
+
+
+def _this_machine() -> str:
+    from ..base.io import machine, machine_id
+
+    return machine_id(machine(threads=1))
+
+
+def screen(settings: list[dict], workers: int | None = None, root=None) -> tuple[list, dict]:
+    """Every README setting's FedAvg runs (`readme_settings`), trained or loaded (`screen_experiment`), and for each
+    that is no cell of this notebook (its own doubling decides those) and whose mean last-tenth gain is a point or
+    more, FedAvg at twice the rounds (`doubled`) on the same seeds in the screen experiment, paired with 1x runs of
+    this machine (the cached ones where they are, retrained beside the 2x runs where another CPU made them: a CPU
+    moves a run about a point, the criterion's size). Returns (Histories per setting, {setting index: (1x Histories,
+    2x Histories)})."""
+    import numpy as np
+
+    from ..runs.experiments import run_many
+    from .convergence import THRESHOLD, last_tenth_gain
+    from .tables import machine_of
+
+    hists, pairs = [], {}
+    for s in settings:
+        experiment = s["configs"][0].dataset
+        hists.append(run_many(s["configs"], root=root, experiment=screen_experiment(s["configs"], experiment, root),
+                              workers=workers))
+    here = _this_machine()
+    for i, (s, hs) in enumerate(zip(settings, hists)):
+        if s["cell"] or not np.nanmean([100 * last_tenth_gain(h) for h in hs]) >= 100 * THRESHOLD:
+            continue
+        where = f"{s['configs'][0].dataset}_screen"
+        ones = hs if all(machine_of(h) == here for h in hs) else run_many(s["configs"], root=root, experiment=where,
+                                                                        workers=workers)
+        pairs[i] = (ones, run_many([doubled(c) for c in s["configs"]], root=root, experiment=where, workers=workers))
+    return hists, pairs
+
+
+def readme_status(settings: list[dict], hists: list, pairs: dict, convergence=None) -> "pd.DataFrame":  # noqa: F821
+    """One row per README setting: its rows, notebook 15's cell (whose doubling runs decide it, `convergence`: this
+    notebook's table, by cell) or the screen: the mean ± sd over seeds of FedAvg's last-tenth gain in points
+    (`hists`: a list of Histories per setting), and where that is 1 point or more the doubling criterion on FedAvg
+    at 1x and 2x (`pairs`: {setting index: (1x Histories, 2x Histories)}, `screen`). `by` says which decided it;
+    `status` passes, fails, undetermined, "needs the doubling runs" (a screen above a point without them), "pending"
+    (notebook 15's cell without its doubling runs) or "not run at this profile" (no Histories)."""
+    import numpy as np
+    import pandas as pd
+
+    from .convergence import PASSES, THRESHOLD, doubling, last_tenth_gain
+
+    out = []
+    for i, (s, hs) in enumerate(zip(settings, hists)):
+        gains = [100 * last_tenth_gain(h) for h in hs]
+        row = dict(rows="; ".join(s["rows"]), cell=s["cell"] or "", rounds=s["configs"][0].rounds, n=len(hs),
+                   screen_mean=float(np.nanmean(gains)) if gains else math.nan,
+                   screen_sd=float(np.nanstd(gains, ddof=1)) if len(gains) > 1 else math.nan,
+                   by="", gain=math.nan, half_width=math.nan, status="")
+        if s["cell"] and convergence is not None and s["cell"] in set(convergence["cell"]):
+            first = convergence[(convergence["cell"] == s["cell"]) & (convergence["by"] == "doubling")]
+            if len(first):
+                got = first.sort_values("budget").iloc[0]
+                row.update(by=f"doubling (notebook 15, {s['cell']})", gain=100 * got["gain"],
+                           half_width=100 * got["half_width"], n=int(got["n"]), status=got["status"])
+        if not row["by"] and i in pairs:
+            ones, twos = pairs[i]
+            at_b = {h.config["seed"]: h.late_accuracy for h in ones if not h.diverged}
+            at_2b = {h.config["seed"]: h.late_accuracy for h in twos if not h.diverged}
+            got = doubling(at_b, at_2b)
+            row.update(by="doubling (FedAvg at 2x)", gain=100 * got["gain"], half_width=100 * got["half_width"],
+                       n=got["n"], status=got["status"])
+        if not row["by"] and s["cell"]:
+            row.update(by=f"doubling (notebook 15, {s['cell']})", status="pending: its runs are not in")
+        elif not row["by"] and not hs:
+            row.update(status="not run at this profile")
+        elif not row["by"]:
+            above = row["screen_mean"] >= 100 * THRESHOLD
+            row.update(by="last tenth", status="needs the doubling runs" if above else PASSES)
+        out.append(row)
+    return pd.DataFrame(out)

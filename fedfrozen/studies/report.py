@@ -29,8 +29,8 @@ from .controls import arm_label
 from .roles import penalty_arm
 
 __all__ = ["NOTEBOOKS", "SOURCES", "FAMILY", "Quote", "Row", "ROWS", "DIRECTION", "ACCURACY", "verdicts", "family",
-           "lookup", "verdict_table", "CLAIMS", "claims_table", "figure_rows", "figure", "render", "BLOCKS", "write",
-           "main"]
+           "lookup", "arm_configs", "verdict_table", "CLAIMS", "claims_table", "figure_rows", "figure", "render",
+           "BLOCKS", "write", "main"]
 
 # The README's family, one definition: every comparison of the notebooks its table draws from (03-06: their verdict
 # tables, 06's drift family, 03 § 3's controlled cells and its rates; 13: C1 and C2 beyond one recipe), each
@@ -364,6 +364,32 @@ def lookup(df: pd.DataFrame, quote: Quote):
         raise KeyError(f"{len(found)} rows of the family match {quote} (one expected): is its notebook's table "
                        f"current, and did its row stand for the hypothesis (the one with the most seeds)?")
     return found[0]
+
+
+def arm_configs(quote: Quote, side: str = "b", profile: str = "cpu") -> list:
+    """The Configs of the runs behind one arm of `quote` (`side` "a" or "b"), one per seed: the rows of its
+    notebook's per-seed table whose grouping values are that arm's, their configs from its NN_configs.jsonl. A
+    table that is missing is named."""
+    from ..engine.config import Config
+
+    if side not in ("a", "b"):
+        raise ValueError(f"side must be 'a' or 'b'; got {side!r}")
+    folder = plots.figures_dir(profile)
+    runs_name, configs_name = SOURCES.get(quote.source, (quote.source, quote.source))
+    runs_path, configs_path = folder / f"{runs_name}_per_seed.csv", folder / f"{configs_name}_configs.jsonl"
+    for path in (runs_path, configs_path):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run notebook {quote.source[:2]} at the {profile} profile "
+                                    f"first")
+    runs = pd.read_csv(runs_path, index_col=0)
+    values = getattr(quote, side)
+    chosen = ff_tables.arm_rows(runs, list(values), list(values.values()))
+    configs = {}
+    for line in configs_path.read_text().splitlines():
+        row = json.loads(line)
+        configs[row["key"]] = row["config"]
+    keys = list(dict.fromkeys(chosen["key"]))
+    return [Config.from_dict(configs[k]) for k in keys]
 
 
 def _claim_rows(df: pd.DataFrame, rows=None):
