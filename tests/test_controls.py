@@ -84,3 +84,29 @@ def test_the_paper_profile_leaves_the_pretrained_cells_out():
     base = ff.profiles.federated("paper", rounds=10, warmup_rounds=3)
     cells = {a.cell.split(",")[0] for a in controls.build("paper", base, seeds=[0], few=[0])}
     assert cells == {"constant", "local5"}
+
+
+def test_a_comparison_is_data_and_its_label_is_written_in_one_place():
+    """study.Comparison unpacks as (claim, label, cell, a, b); every study's FedFrozen − FedAvg label comes from
+    `study.fedfrozen_vs_fedavg` (controls' constant cells, notebooks 12-15), and `against_fedavg` pairs only arms
+    that were built."""
+    from fedfrozen.studies import study
+
+    row = study.fedfrozen_vs_fedavg("sgd", 0.5, 0.3)
+    claim, label, cell, a, b = row
+    assert (claim, cell, a, b) == ("C2", "sgd", "fedfrozen T0 50% @ 0.3", "fedavg @ 0.3")
+    assert label == "FedFrozen T0 50% − FedAvg, both at 0.3, sgd" and row.label == label
+    assert study.fedfrozen_vs_fedavg("x", 0.25, 1e-3).claim == "C1"
+    assert study.t0(120, 0.25) == 30 and study.t0(100, 0.5) == 50 and study.t0(3, 0.25) == 1
+
+    def arm(cell, method, fraction, lr):
+        cfg = ff.Config(lr=lr, seed=0)
+        return controls.Arm(cell, study.arm_label(method, fraction, lr), cfg, fraction=fraction)
+
+    arms = [arm("x", "fedavg", None, 1e-3), arm("x", "fedfrozen", 0.5, 1e-3), arm("x", "fedfrozen", 0.25, 1e-3),
+            arm("x", "fedfrozen", 0.25, 3e-3),  # no FedAvg at 3e-3: not compared
+            arm("y", "fedavg", None, 1e-3)]  # no FedFrozen in y
+    got = study.against_fedavg(arms)
+    assert [(r.cell, r.a, r.b) for r in got] == [("x", "fedfrozen T0 25% @ 0.001", "fedavg @ 0.001"),
+                                                  ("x", "fedfrozen T0 50% @ 0.001", "fedavg @ 0.001")]
+    assert [r.cell for r in study.against_fedavg(arms, cell_of=lambda a: "one")] == ["one"] * 2  # cells merged

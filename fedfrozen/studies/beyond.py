@@ -29,15 +29,16 @@ differs.
     spec = beyond.Spec.of(profile)                                 # models and sizes of the profile
     rates, feature_map, table = beyond.rates_by_rule(profile, base, ["linear", "swin", "cait"])  # the rule, seed 100
     arms = beyond.build(profile, base, rates, seeds=..., ...)      # [Arm(cell, arm, cfg, model), ...]
-    rows = beyond.comparisons(arms)                                # [(claim, label, cell, a, b), ...]
+    rows = beyond.comparisons(arms)                                # [Comparison(claim, label, cell, a, b), ...]
 """
 
 from __future__ import annotations
 
 from ..engine.config import Config
-from .controls import Arm, arm_label, arms_of
+from .controls import Arm, arms_of
 from .profiles import REGIME_LR_GRID, among, dirichlet_fields, regime_learning_rates, regime_setup, select
 from .selection import selection_t0
+from .study import Comparison, against_fedavg
 
 __all__ = ["MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "model_fields", "selection_configs",
            "selected_rates", "cells_by_rule", "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
@@ -236,20 +237,10 @@ def build(profile: str, base: dict, rates: dict, seeds=range(5), seeds_c1=range(
     return out
 
 
-def comparisons(arms: list[Arm]) -> list[tuple]:
-    """(claim, label, cell, arm a, arm b) of the built cells, a minus b paired by seed: each FedFrozen arm against
-    FedAvg of its cell at the same rate (C1 for T0 25%, C2 for the others)."""
-    have = {(a.cell, a.arm) for a in arms}
-    rows = []
-    for cell in dict.fromkeys(a.cell for a in arms):
-        for lr in sorted({a.cfg.lr for a in arms if a.cell == cell}):
-            ref = arm_label("fedavg", None, lr)
-            for f in sorted({a.fraction for a in arms if a.cell == cell and a.fraction is not None and a.cfg.lr == lr}):
-                arm = arm_label("fedfrozen", f, lr)
-                if (cell, ref) in have:
-                    rows.append(("C1" if f == 0.25 else "C2", f"FedFrozen T0 {f:.0%} − FedAvg, both at {lr:g}, {cell}",
-                                 cell, arm, ref))
-    return rows
+def comparisons(arms: list[Arm]) -> list[Comparison]:
+    """Each FedFrozen arm against FedAvg of its cell at the same rate (C1 for T0 25%, C2 for the others), a minus b
+    paired by seed (`study.against_fedavg`)."""
+    return against_fedavg(arms)
 
 
 def best_t0(stats_means: dict) -> str:

@@ -20,7 +20,7 @@ doubling criterion, ff.convergence.doubling), and the seeds. The 1x runs are the
 they load from the cache), so a longer budget is the 1x Config with `rounds` and T0 scaled.
 
     arms = budgets.build(profile, image_base, text_base, rates)      # [Arm(cell, arm, cfg, model, fraction), ...]
-    rows = budgets.comparisons(arms)                                 # [(claim, label, cell, a, b), ...]
+    rows = budgets.comparisons(arms)                                 # [Comparison(claim, label, cell, a, b)]
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ import math
 from ..engine.config import Config, identity
 from . import recipes, report, roles
 from .beyond import SELECTION_SEED
-from .controls import Arm, arm_label
+from .controls import Arm
 from .profiles import CPU_LR_GRID, among, learning_rates, select
+from .study import Comparison, against_fedavg, arm_label, t0
 
 __all__ = ["CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs", "build",
            "comparisons", "SCREEN_SEEDS", "STUDY_CELLS", "readme_settings", "screen_experiment", "doubled",
@@ -79,7 +80,7 @@ def selection_configs(profile: str, image_base: dict, grid=None) -> list[Config]
     """The configs the one rule compares for adamw_5ep: FedAvg and FedFrozen (T0 25%) at each rate of CPU_LR_GRID
     (the smoke profile two), on SELECTION_SEED."""
     fields = first_fields(profile, image_base, None, "adamw_5ep")
-    fields.update(warmup_rounds=int(round(0.25 * fields["rounds"])), seed=SELECTION_SEED)
+    fields.update(warmup_rounds=t0(fields["rounds"], 0.25), seed=SELECTION_SEED)
     grid = select(profile, smoke=CPU_LR_GRID[1:3], cpu=CPU_LR_GRID, paper=CPU_LR_GRID) if grid is None else grid
     return [Config(method=m, lr=float(lr), **fields) for m in ("fedavg", "fedfrozen") for lr in grid]
 
@@ -119,27 +120,21 @@ def build(profile: str, image_base: dict, text_base: dict | None, rates: dict, c
         model = fields.get("model", "")
         for m in sorted(set(pair_at) | set(fedavg_at)):
             rounds = fields["rounds"] * m
-            t0 = int(round(0.25 * rounds))  # FedFrozen's T0; FedAvg ignores it (its key carries 25%'s, as in 13, 14)
+            warmup = t0(rounds, 0.25)  # FedFrozen's T0; FedAvg ignores it (its key carries 25%'s, as in 13, 14)
             for method in ("fedavg", "fedfrozen") if m in pair_at else ("fedavg",):
                 fraction = 0.25 if method == "fedfrozen" else None
                 for s in cell_seeds:
                     extra = {"pretrain_seed": s} if fields.get("init") == "pretrained" else {}
                     cfg = Config(method=method, seed=s, **{**fields, "lr": lr, "rounds": rounds,
-                                                           "warmup_rounds": t0, **extra})
+                                                           "warmup_rounds": warmup, **extra})
                     out.append(Arm(cell, arm_label(method, fraction, lr), cfg, model, fraction, m))
     return out
 
 
-def comparisons(arms: list[Arm]) -> list[tuple]:
-    """(claim, label, cell, arm a, arm b): at each budget that ran the pair, FedFrozen T0 25% against FedAvg at the
-    same rate, paired by seed (C1); `cell` is the cell at its budget (`cell_name`)."""
-    have = {(cell_name(a), a.arm) for a in arms}
-    rows = []
-    for cell, lr in dict.fromkeys((cell_name(a), a.cfg.lr) for a in arms):
-        a, b = arm_label("fedfrozen", 0.25, lr), arm_label("fedavg", None, lr)
-        if (cell, a) in have and (cell, b) in have:
-            rows.append(("C1", f"FedFrozen T0 25% − FedAvg, both at {lr:g}, {cell}", cell, a, b))
-    return rows
+def comparisons(arms: list[Arm]) -> list[Comparison]:
+    """At each budget that ran the pair, FedFrozen T0 25% against FedAvg at the same rate, paired by seed (C1); the
+    cell is the cell at its budget (`cell_name`): `study.against_fedavg`."""
+    return against_fedavg(arms, cell_of=cell_name)
 
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ..engine.config import Config
 from .profiles import among, dirichlet_fields, regime_learning_rates, regime_setup, seed_lists, select
+from .study import Comparison, arm_label, fedfrozen_vs_fedavg, t0
 
 __all__ = ["Arm", "arms_of", "RATES", "CONSTANT_RATES", "CELLS", "build", "comparisons", "rate_rows", "arm_label",
            "profile_seeds"]
@@ -53,12 +54,6 @@ class Arm:
     budget: int = 1
 
 
-def arm_label(method: str, fraction: float | None, lr: float) -> str:
-    """"fedavg @ 0.001", "fedfrozen T0 25% @ 0.003", "freeze_body T0 0% @ 0.003"."""
-    t0 = "" if fraction is None else f" T0 {fraction:.0%}"
-    return f"{method}{t0} @ {lr:g}"
-
-
 def arms_of(cell: str, fields: dict, alpha: float, seeds, plan, rounds: int, model: str = "",
             bodies: bool = False) -> list[Arm]:
     """One Arm per (method, fraction, rate) of `plan` and seed, at Dirichlet `alpha`: T0 the fraction of `rounds`
@@ -66,9 +61,10 @@ def arms_of(cell: str, fields: dict, alpha: float, seeds, plan, rounds: int, mod
     seed."""
     out = []
     for method, fraction, lr in plan:
-        t0 = fields["warmup_rounds"] if fraction is None else int(round(fraction * rounds))
+        warmup = fields["warmup_rounds"] if fraction is None else t0(rounds, fraction)
         for s in seeds:
-            cfg = Config(method=method, seed=s, **dirichlet_fields(alpha), **{**fields, "lr": lr, "warmup_rounds": t0})
+            cfg = Config(method=method, seed=s, **dirichlet_fields(alpha), **{**fields, "lr": lr,
+                                                                               "warmup_rounds": warmup})
             if bodies and cfg.init == "pretrained":
                 cfg = cfg.replace(pretrain_seed=s)
             out.append(Arm(cell, arm_label(method, fraction, lr), cfg, model, fraction))
@@ -130,15 +126,14 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
 
     def add(claim, label, cell, a, b):
         if (cell, a) in have and (cell, b) in have:
-            rows.append((claim, label, cell, a, b))
+            rows.append(Comparison(claim, label, cell, a, b))
 
     for cell in dict.fromkeys(a.cell for a in arms):
         kind = cell.split(",")[0]
         if kind == "constant":
             for lr in CONSTANT_RATES:
-                for f, claim in ((0.25, "C1"), (0.5, "C2")):
-                    add(claim, f"FedFrozen T0 {f:.0%} − FedAvg, both at {lr:g}, {cell}", cell,
-                        arm_label("fedfrozen", f, lr), arm_label("fedavg", None, lr))
+                for f in (0.25, 0.5):
+                    add(*fedfrozen_vs_fedavg(cell, f, lr))
             for f, claim in ((0.25, "C1"), (0.5, "C2")):
                 add(claim, f"FedFrozen T0 {f:.0%} at {CONSTANT_RATES[1]:g} − FedAvg at {CONSTANT_RATES[0]:g} "
                     f"(each its selected rate), {cell}", cell, arm_label("fedfrozen", f, CONSTANT_RATES[1]),
@@ -161,8 +156,8 @@ def rate_rows(arms: list[Arm]) -> list[tuple]:
     rows = []
     for cell in dict.fromkeys(a.cell for a in arms if a.cell.startswith("rates")):
         for lr in sorted({a.cfg.lr for a in arms if a.cell == cell}):
-            rows.append(("C1", f"FedFrozen T0 25% − FedAvg, both at {lr:g}, pretrained (a body per seed)", cell,
-                         arm_label("fedfrozen", 0.25, lr), arm_label("fedavg", None, lr)))
+            rows.append(Comparison("C1", f"FedFrozen T0 25% − FedAvg, both at {lr:g}, pretrained (a body per seed)",
+                                   cell, arm_label("fedfrozen", 0.25, lr), arm_label("fedavg", None, lr)))
     return rows
 
 

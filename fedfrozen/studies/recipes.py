@@ -29,7 +29,7 @@ FedFrozen at T0 = 25% of the rounds is C1's arm (on `seeds_pair`); T0 = 0 and 50
 
     rates, table = recipes.rates_by_rule(profile, base, ["sgd", "p4"])     # the rule, seed 100
     arms = recipes.build(profile, base, rates, seeds_pair=range(15), seeds_rest=range(5))
-    rows = recipes.comparisons(arms)                                      # [(claim, label, cell, a, b), ...]
+    rows = recipes.comparisons(arms)                                      # [Comparison(claim, label, cell, a, b)]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..engine.config import Config
 from .beyond import SELECTION_SEED, cells_by_rule
-from .controls import Arm, arm_label
+from .controls import Arm
 from .profiles import (
     CPU_LR_GRID,
     CPU_SGD_LR_GRID,
@@ -49,6 +49,7 @@ from .profiles import (
     seed_lists,
     select,
 )
+from .study import Comparison, against_fedavg, arm_label, t0
 
 __all__ = ["CELLS", "SELECTION_SEED", "SHIFT_GROUPS", "SGD_BUDGET", "PLATEAU_POINTS", "cell_fields", "grid_of",
            "selection_configs", "rates_by_rule", "plateau_gain", "build", "comparisons"]
@@ -89,15 +90,11 @@ def grid_of(profile: str, cell: str) -> tuple:
     return select(profile, smoke=grid[1:3], cpu=grid, paper=grid)
 
 
-def _t0(fields: dict, fraction: float) -> int:
-    return int(round(fraction * fields["rounds"]))
-
-
 def selection_configs(profile: str, base: dict, cell: str, grid=None) -> list[Config]:
     """The configs the one rule (selection.RULE) compares for `cell`: FedAvg and FedFrozen (T0 25%) at each rate of
     its grid, on SELECTION_SEED (which no comparison evaluates)."""
     fields = cell_fields(profile, base, cell)
-    fields.update(warmup_rounds=_t0(fields, 0.25), seed=SELECTION_SEED)
+    fields.update(warmup_rounds=t0(fields["rounds"], 0.25), seed=SELECTION_SEED)
     return [Config(method=m, lr=float(lr), **fields) for m in ("fedavg", "fedfrozen")
             for lr in (grid_of(profile, cell) if grid is None else grid)]
 
@@ -126,9 +123,9 @@ def _arms(cell: str, fields: dict, plan, model: str) -> list[Arm]:
     """One Arm per (method, fraction, rate, seeds) of `plan`, one per seed."""
     out = []
     for method, fraction, lr, seeds in plan:
-        t0 = _t0(fields, 0.25 if fraction is None else fraction)  # (FedAvg ignores T0: its key carries 25%'s)
+        warmup = t0(fields["rounds"], 0.25 if fraction is None else fraction)  # (FedAvg's key carries 25%'s)
         for s in seeds:
-            cfg = Config(method=method, seed=s, **{**fields, "lr": float(lr), "warmup_rounds": t0})
+            cfg = Config(method=method, seed=s, **{**fields, "lr": float(lr), "warmup_rounds": warmup})
             out.append(Arm(cell, arm_label(method, fraction, lr), cfg, model, fraction))
     return out
 
@@ -165,23 +162,14 @@ def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_res
     return out
 
 
-def comparisons(arms: list[Arm], rates: dict | None = None) -> list[tuple]:
-    """(claim, label, cell, arm a, arm b) of the built cells, a minus b paired by seed: each FedFrozen arm against
-    FedAvg of its cell at the same rate (C1 for T0 25%, C2 for the others), and in the sgd cell, where FedFrozen's own
+def comparisons(arms: list[Arm], rates: dict | None = None) -> list[Comparison]:
+    """The built cells' comparisons, a minus b paired by seed: each FedFrozen arm against FedAvg of its cell at the
+    same rate (C1 for T0 25%, C2 for the others: `study.against_fedavg`), and in the sgd cell, where FedFrozen's own
     best rate differs from FedAvg's (`rates`), each arm at its own best."""
-    have = {(a.cell, a.arm) for a in arms}
-    rows = []
-    for cell in dict.fromkeys(a.cell for a in arms):
-        for lr in sorted({a.cfg.lr for a in arms if a.cell == cell}):
-            ref = arm_label("fedavg", None, lr)
-            if (cell, ref) not in have:
-                continue
-            for f in sorted({a.fraction for a in arms if a.cell == cell and a.fraction is not None and a.cfg.lr == lr}):
-                rows.append(("C1" if f == 0.25 else "C2", f"FedFrozen T0 {f:.0%} − FedAvg, both at {lr:g}, {cell}",
-                             cell, arm_label("fedfrozen", f, lr), ref))
+    rows = against_fedavg(arms)
     sgd = (rates or {}).get("sgd")
     if sgd and sgd["fedfrozen"] != sgd["fedavg"] and any(a.cell == "sgd" for a in arms):
-        rows.append(("C1", f"FedFrozen T0 25% at its best {sgd['fedfrozen']:g} − FedAvg at its best "
-                           f"{sgd['fedavg']:g}, sgd", "sgd", arm_label("fedfrozen", 0.25, sgd["fedfrozen"]),
-                     arm_label("fedavg", None, sgd["fedavg"])))
+        rows.append(Comparison("C1", f"FedFrozen T0 25% at its best {sgd['fedfrozen']:g} − FedAvg at its best "
+                                     f"{sgd['fedavg']:g}, sgd", "sgd", arm_label("fedfrozen", 0.25, sgd["fedfrozen"]),
+                               arm_label("fedavg", None, sgd["fedavg"])))
     return rows

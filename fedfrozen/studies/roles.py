@@ -28,17 +28,17 @@ two choose differently every arm runs at both rates, each comparison at a shared
     base = roles.fields(profile, data_root)                          # the federation of the profile
     rates, table = roles.rates_by_rule(profile, base, roles.INITS)   # the rule, seeds 100-102
     arms = roles.build(profile, base, rates, seeds_pair=range(15), seeds_rest=range(5))
-    rows = roles.comparisons(arms)                                   # [(claim, label, cell, a, b), ...]
+    rows = roles.comparisons(arms)                                   # [Comparison(claim, label, cell, a, b)]
 """
 
 from __future__ import annotations
 
 from ..engine.config import Config
-from . import recipes
 from .beyond import SELECTION_SEED, cells_by_rule
-from .controls import Arm, arm_label
+from .controls import Arm
 from .profiles import CPU_LR_GRID, among, seed_lists, select
 from .profiles import data_root as default_data_root
+from .study import Comparison, against_fedavg, arm_label, t0
 
 __all__ = ["INITS", "SELECTION_SEED", "SELECTION_SEEDS", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET",
            "PRETRAIN_EPOCHS", "VALUE_L2", "LR_GRID", "DRIFT_GROUPS", "fields", "cell_fields", "selection_seeds",
@@ -83,10 +83,6 @@ def cell_fields(base: dict, init: str) -> dict:
     return {**base, "init": "pretrained", "pretrain_task": "plays", "pretrain_epochs": PRETRAIN_EPOCHS}
 
 
-def _t0(fields_: dict, fraction: float) -> int:
-    return int(round(fraction * fields_["rounds"]))
-
-
 def _grid(profile: str) -> tuple:
     return select(profile, smoke=LR_GRID[1:3], cpu=LR_GRID, paper=LR_GRID)
 
@@ -101,7 +97,7 @@ def selection_configs(profile: str, base: dict, init: str, grid=None, seeds=None
     smoke profile two of them), on each of `seeds` (default `selection_seeds(profile)`; a pretrained run's body
     pre-trained with its own seed). The rule reads the mean over the seeds (`beyond.selected_rates`)."""
     f = cell_fields(base, init)
-    f.update(warmup_rounds=_t0(f, 0.25))
+    f.update(warmup_rounds=t0(f["rounds"], 0.25))
     seeds = selection_seeds(profile) if seeds is None else tuple(seeds)
     return [Config(method=m, lr=float(lr), seed=s, **f, **({"pretrain_seed": s} if init == "pretrained" else {}))
             for s in seeds for m in ("fedavg", "fedfrozen") for lr in (_grid(profile) if grid is None else grid)]
@@ -146,12 +142,12 @@ def build(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_res
                     ("fedfrozen", 0.5, rest), ("fedfrozen", 0.25, rest)]
             for i, (method, fraction, seeds) in enumerate(plan):
                 c3 = i == len(plan) - 1
-                t0 = _t0(f, 0.25 if fraction is None else fraction)  # (FedAvg ignores T0: its key carries 25%'s)
+                warmup = t0(f["rounds"], 0.25 if fraction is None else fraction)  # (FedAvg's key carries 25%'s)
                 for s in seeds:
                     extra = {"pretrain_seed": s} if init == "pretrained" else {}
                     if c3:
                         extra["value_l2"] = VALUE_L2
-                    cfg = Config(method=method, seed=s, **{**f, "lr": float(lr), "warmup_rounds": t0, **extra})
+                    cfg = Config(method=method, seed=s, **{**f, "lr": float(lr), "warmup_rounds": warmup, **extra})
                     out.append(Arm(init, penalty_arm(lr) if c3 else arm_label(method, fraction, lr), cfg,
                                    f["model"], fraction))
     return out
@@ -163,15 +159,15 @@ def is_sensitivity(rates: dict, cell: str, lr: float) -> bool:
     return float(lr) not in {float(x) for x in rates[cell].values()}
 
 
-def comparisons(arms: list[Arm]) -> list[tuple]:
-    """(claim, label, cell, arm a, arm b) of the built cells, a minus b paired by seed: each FedFrozen arm against
-    FedAvg of its cell at the same rate (C1 for T0 25%, C2 for T0 0 and 50%: recipes.comparisons), and the value
-    penalty against the same FedFrozen arm without it (C3)."""
+def comparisons(arms: list[Arm]) -> list[Comparison]:
+    """The built cells' comparisons, a minus b paired by seed: each FedFrozen arm against FedAvg of its cell at the
+    same rate (C1 for T0 25%, C2 for T0 0 and 50%: `study.against_fedavg`), and the value penalty against the same
+    FedFrozen arm without it (C3)."""
     have = {(a.cell, a.arm) for a in arms}
-    c3 = [("C3", f"FedFrozen T0 25% with V L2 {VALUE_L2:g} − without, at {lr:g}, {cell}", cell, penalty_arm(lr),
-           arm_label("fedfrozen", 0.25, lr))
+    c3 = [Comparison("C3", f"FedFrozen T0 25% with V L2 {VALUE_L2:g} − without, at {lr:g}, {cell}", cell,
+                     penalty_arm(lr), arm_label("fedfrozen", 0.25, lr))
           for cell, lr in dict.fromkeys((a.cell, a.cfg.lr) for a in arms) if (cell, penalty_arm(lr)) in have]
-    return recipes.comparisons(arms) + c3
+    return against_fedavg(arms) + c3
 
 
 def drift_table(arms: list[Arm], hists, sizes: dict | None = None) -> "pd.DataFrame":  # noqa: F821 - pandas

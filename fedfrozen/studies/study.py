@@ -1,0 +1,67 @@
+"""What the studies of the notebooks share: an arm's label and T0, and a comparison as data with its label generated.
+
+A study (notebooks 03 § 3, 12-15) is cells × arms × seeds: each `controls.Arm` is one arm of a cell on one seed, its
+Config whole. A `Comparison` names two arms of one cell, a minus b paired by seed, and the claim it tests; its label
+is generated from those by the one function here that writes it, so that no label is typed twice, and none is parsed:
+code that needs a comparison's parts reads its fields (`fedfrozen report` names the comparisons the documents quote
+by their data, `report.Quote`).
+
+    rows = study.against_fedavg(arms)     # each FedFrozen arm against FedAvg of its cell at the same rate
+    for claim, label, cell, a, b in rows: ...               # a Comparison is a named tuple of these five
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Comparison", "arm_label", "t0", "fedfrozen_vs_fedavg", "against_fedavg"]
+
+
+class Comparison(NamedTuple):
+    """Arm `a` minus arm `b` of cell `cell`, paired by seed, as a test of `claim` ("C1"..."C4"); `a` and `b` are the
+    arms' labels (`arm_label`), `label` the comparison's, generated (`fedfrozen_vs_fedavg`)."""
+
+    claim: str
+    label: str
+    cell: str
+    a: str
+    b: str
+
+
+def arm_label(method: str, fraction: float | None, lr: float) -> str:
+    """"fedavg @ 0.001", "fedfrozen T0 25% @ 0.003", "freeze_body T0 0% @ 0.003"."""
+    t0_words = "" if fraction is None else f" T0 {fraction:.0%}"
+    return f"{method}{t0_words} @ {lr:g}"
+
+
+def t0(rounds: int, fraction: float) -> int:
+    """FedFrozen's T0 at `fraction` of `rounds` (rounded to the nearest round): the one rule of every study. FedAvg
+    ignores T0, and its runs carry T0 = 25% in their keys."""
+    return int(round(fraction * rounds))
+
+
+def fedfrozen_vs_fedavg(cell: str, fraction: float, lr: float, claim: str | None = None) -> Comparison:
+    """FedFrozen at T0 = `fraction` of the rounds against FedAvg of `cell`, both at `lr`: C1's comparison at T0 25%,
+    C2's at any other (`claim` says otherwise)."""
+    claim = claim or ("C1" if fraction == 0.25 else "C2")
+    return Comparison(claim, f"FedFrozen T0 {fraction:.0%} − FedAvg, both at {lr:g}, {cell}", cell,
+                      arm_label("fedfrozen", fraction, lr), arm_label("fedavg", None, lr))
+
+
+def against_fedavg(arms, cell_of=None) -> list[Comparison]:
+    """Each FedFrozen arm of `arms` against FedAvg of its cell at the same rate (`fedfrozen_vs_fedavg`), where both
+    arms were built: cells in the order the arms first name them, then rates and T0 fractions ascending. `cell_of(arm)`
+    is the cell an arm is compared within (default its `cell`; notebook 15 its cell at its budget)."""
+    cell_of = cell_of or (lambda arm: arm.cell)
+    have = {(cell_of(a), a.arm) for a in arms}
+    rows = []
+    for cell in dict.fromkeys(cell_of(a) for a in arms):
+        mine = [a for a in arms if cell_of(a) == cell]
+        for lr in sorted({a.cfg.lr for a in mine}):
+            if (cell, arm_label("fedavg", None, lr)) not in have:
+                continue
+            for fraction in sorted({a.fraction for a in mine if a.fraction is not None and a.cfg.lr == lr}):
+                row = fedfrozen_vs_fedavg(cell, fraction, lr)
+                if (cell, row.a) in have:
+                    rows.append(row)
+    return rows
