@@ -24,7 +24,7 @@ from pathlib import Path
 from . import methods
 from .base.io import KERNEL_ARGS, THREADS_ENV, notebooks, project_root
 from .engine.config import Config, field_type, settings
-from .studies.profiles import PROFILES
+from .studies.profiles import PROFILES, REGIMES
 
 
 def _parse_json(text: str):
@@ -291,13 +291,47 @@ def cmd_select_lr(args) -> int:
     from .studies.selection import select_learning_rates
 
     overrides = _load_config_file(args.config) if args.config else None
+    if args.regime and args.profile != "cpu":
+        raise ValueError("--regime is a setting of the cpu profile's selection (--profile cpu)")
+    if args.profile == "cpu":
+        return _select_lr_cpu(args, overrides)
     result = select_learning_rates(args.methods or methods.names(), dataset=args.dataset,
-                                   grid=args.grid or PAPER_LR_GRID, rounds=args.rounds, root=args.out,
+                                   grid=args.grid or PAPER_LR_GRID, rounds=args.rounds or 30, root=args.out,
                                    overrides=overrides)
     for m, lr in result["lr"].items():
         accs = ", ".join(f"{k}: {'n/a' if v is None else f'{v:.3f}'}" for k, v in result["val_acc"][m].items())
         print(f"{m:24s} lr {lr:g}   (validation accuracy {accs})")
     print(f"written to {paper_lr_file(args.dataset, args.out)}; the paper profile reads it")
+    return 0
+
+
+def _select_lr_cpu(args, overrides: dict | None) -> int:
+    """The cpu profile's selection (Fashion-MNIST; a regime of notebooks 03-06 with --regime): AdamW arms on
+    CPU_LR_GRID (a regime's on REGIME_LR_GRID), each `<method>:sgd` arm (the method with plain SGD, as its authors ran
+    it) on CPU_SGD_LR_GRID, by the one rule; printed, for profiles.CPU_LR (or REGIME_LR) with its accuracies."""
+    from .studies import profiles
+    from .studies.selection import select_learning_rates
+
+    arms = args.methods or profiles.CPU_SELECTED_ARMS
+    base = profiles.federated("cpu")
+    if args.regime:
+        base = {**base, **profiles.regime_fields(args.regime)}
+    base = {**base, **(overrides or {})}
+    for optimizer in ("adamw", "sgd"):
+        chosen = [a.split(":")[0] for a in arms if a.endswith(":sgd") == (optimizer == "sgd")]
+        if not chosen:
+            continue
+        fields = dict(base, **(profiles.SGD_AS_PUBLISHED if optimizer == "sgd" else {}))
+        grid = args.grid or (profiles.CPU_SGD_LR_GRID if optimizer == "sgd" else
+                             profiles.REGIME_LR_GRID if args.regime else profiles.CPU_LR_GRID)
+        result = select_learning_rates(chosen, grid=grid, rounds=args.rounds or base["rounds"], root=args.out,
+                                       base=fields)
+        for m in chosen:
+            name = f"{m}:sgd" if optimizer == "sgd" else m
+            accs = " ".join(f"{float(k):g}: " + ("diverged" if v is None else f"{v:.3f}")
+                            for k, v in sorted(result["val_acc"][m].items(), key=lambda t: float(t[0])))
+            print(f"{args.regime or 'cpu'} {name:18s} -> {result['lr'][m]:g}   (late val acc {accs})", flush=True)
+    print("not written anywhere: the cpu profile's rates are profiles.CPU_LR and REGIME_LR, with these accuracies")
     return 0
 
 
@@ -385,12 +419,19 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.set_defaults(func=cmd_verify)
-    s = sub.add_parser("select-lr", help="choose each method's local lr at the paper scale by the one rule")
-    s.add_argument("--dataset", choices=["cifar10", "cifar100"], default="cifar10")
-    s.add_argument("--methods", nargs="+", help="methods to select for (default: every registered method)")
+    s = sub.add_parser("select-lr", help="choose each method's local lr by the one rule, at the paper scale "
+                                         "(written where the paper profile reads it) or the cpu profile's (printed)")
+    s.add_argument("--profile", choices=["paper", "cpu"], default="paper",
+                   help="paper (CIFAR, default) or cpu (Fashion-MNIST: the rates of profiles.CPU_LR and REGIME_LR)")
+    s.add_argument("--dataset", choices=["cifar10", "cifar100"], default="cifar10", help="the paper profile's dataset")
+    s.add_argument("--regime", default=None, choices=sorted(REGIMES),
+                   help="cpu profile: a regime of notebooks 03-06, selected on REGIME_LR_GRID")
+    s.add_argument("--methods", nargs="+", help="methods to select for (default: every registered method; at the "
+                                                "cpu profile the paper notebooks' arms, `<method>:sgd` for plain SGD)")
     s.add_argument("--grid", nargs="+", type=float, default=None,
-                   help="learning rates to try (default: 3e-4 1e-3 3e-3)")
-    s.add_argument("--rounds", type=int, default=30, help="rounds per selection run")
+                   help="learning rates to try (default: the profile's grid)")
+    s.add_argument("--rounds", type=int, default=None, help="rounds per selection run (default: 30 at the paper "
+                                                            "profile, the profile's own at cpu)")
     s.add_argument("--out", default=None, type=_out, help="results root (default: the project's results/)")
     s.add_argument("--config", help="JSON or YAML file of Config fields that change the paper profile's settings")
     s.set_defaults(func=cmd_select_lr)

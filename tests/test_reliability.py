@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -475,3 +476,21 @@ def test_a_failed_download_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "_open_torchvision", offline)
     with pytest.raises(ValueError, match=r"dataset 'cifar10' at .*: download failed \(OSError: Name or service"):
         data.load("cifar10", root=str(tmp_path), download=True)
+
+
+def test_select_lr_at_the_cpu_profile_prints_each_arm_and_writes_nothing(tmp_path, capsys):
+    """`fedfrozen select-lr --profile cpu` (was tools/select_cpu_lr.py): AdamW arms and `<method>:sgd` arms, each
+    by the one rule; the cpu profile's rates live in profiles.CPU_LR, so nothing is written but the runs' cache."""
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps(dict(dataset="digits", model="vit_digits", model_kwargs=TINY, n_clients=4,
+                                     clients_per_round=2, batch_size=8, local_steps=1, local_epochs=None,
+                                     eval_every=1, eval_window=0)))
+    out = tmp_path / "results"
+    assert cli.main(["select-lr", "--profile", "cpu", "--methods", "fedavg", "fedavg:sgd", "--rounds", "2",
+                     "--grid", "1e-3", "1e-2", "--out", str(out), "--config", str(small)]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"^cpu fedavg +-> (0\.001|0\.01) ", printed, re.M)
+    assert re.search(r"^cpu fedavg:sgd +-> (0\.001|0\.01) ", printed, re.M)
+    assert not list(out.rglob("paper_lr.json")) and list(out.rglob("history.json"))
+    assert cli.main(["select-lr", "--regime", "constant"]) == 2  # a cpu setting asked of the paper profile
+    assert "--regime is a setting of the cpu profile" in capsys.readouterr().err

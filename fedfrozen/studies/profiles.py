@@ -8,7 +8,7 @@ docs/paper_profile.md).
 
 Learning rates, one rule for all methods (fedfrozen.studies.selection.RULE): grid, Dirichlet alpha 0.1, seed 0, the
 best validation accuracy averaged over the last 3 evaluations, ties to the smaller lr.
-- cpu: `CPU_LR`, selected at the cpu scale by tools/select_cpu_lr.py (the table is in the comment above it
+- cpu: `CPU_LR`, selected at the cpu scale by `fedfrozen select-lr --profile cpu` (the table is in the comment above it
   and in docs/cpu_profile.md). `<method>:sgd` arms (`arm`) are the method with SGD_AS_PUBLISHED local
   training. A method not selected at this scale takes FedAvg's selected rate of its optimiser.
 - smoke: `SELECTED_LR`, the rates chosen on digits at 40 rounds over {3e-3, 1e-2, 3e-2} (by the final-accuracy
@@ -67,7 +67,7 @@ CPU_CENTRALISED = 0.846
 CPU_SCALE = dict(dataset="fashion_mnist", model="vit_fmnist_w48", train_subset=12000, n_clients=100,
                  clients_per_round=10, batch_size=16, eval_every=10, eval_window=10, lr_schedule="cosine")
 
-# Learning rates at the cpu scale (tools/select_cpu_lr.py; grids below). "<method>:sgd" is the method with
+# Learning rates at the cpu scale (`fedfrozen select-lr --profile cpu`; grids below). "<method>:sgd" is the method with
 # SGD_AS_PUBLISHED local training, beside its AdamW variant.
 # Selected at the cpu scale (vit_fmnist_w48, cosine over 120 rounds, Dirichlet 0.1, seed 0), late validation accuracy:
 #   fedavg      1e-3 0.652, 3e-3 0.724, 1e-2 0.697, 3e-2 0.595 -> 3e-3
@@ -80,7 +80,8 @@ CPU_SCALE = dict(dataset="fashion_mnist", model="vit_fmnist_w48", train_subset=1
 #   feddyn:sgd  1e-2 0.549, 3e-2 0.587, 1e-1 0.556, 3e-1 0.595, 1 diverged -> 3e-1
 # (3e-1, then 1, joined the SGD grid when the grid's edge won.) fedadam (the paper profile's) is not selected at
 # this scale.
-# The related systems of notebooks 09-10, by the same rule on the same grid (tools/select_cpu_lr.py <names>):
+# The related systems of notebooks 09-10, by the same rule on the same grid
+# (`fedfrozen select-lr --profile cpu --methods <names>`):
 #   fedadamw 1e-3 0.416, 3e-3 0.488, 1e-2 0.497, 3e-2 0.424 -> 1e-2
 #   fedlada  1e-3 0.505, 3e-3 0.506, 1e-2 0.515, 3e-2 0.474 -> 1e-2
 #   fedact   1e-3 0.126, 3e-3 0.286, 1e-2 0.168, 3e-2 0.122 -> 3e-3
@@ -117,8 +118,8 @@ REGIMES = {
 
 
 # Learning rates of the regimes (REGIMES) at the cpu scale, selected again by the one rule on
-# REGIME_LR_GRID with the regime's fields (`python tools/select_cpu_lr.py --regime <name> fedavg fedfrozen`), late
-# validation accuracy:
+# REGIME_LR_GRID with the regime's fields
+# (`fedfrozen select-lr --profile cpu --regime <name> --methods fedavg fedfrozen`), late validation accuracy:
 #   pretrained           fedavg    3e-4 0.630, 1e-3 0.764, 3e-3 0.765, 1e-2 0.751 -> 3e-3
 #                        fedfrozen 3e-4 0.628, 1e-3 0.760, 3e-3 0.764, 1e-2 0.751 -> 3e-3
 #   constant             fedavg    3e-4 0.467, 1e-3 0.625, 3e-3 0.593, 1e-2 0.553 -> 1e-3
