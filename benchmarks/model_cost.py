@@ -5,8 +5,8 @@
 One local training step (batch 16, 28x28, one channel, AdamW) and one evaluation pass (batch 1,000, no gradients) of
 each model of fedfrozen.studies.beyond.MODELS and of vit_fmnist_p4 (patch 4: 49 tokens), timed in turns with the ViT
 (vit_fmnist_w48) so that machine noise hits both alike; prints each model's parameters and its median times as ratios
-to the ViT's. tools/budget.py's idle estimate scales a run's local epochs and its per-round evaluation by these ratios
-(MODEL_COST there), since its idle rates were measured on the ViT.
+to the ViT's. `fedfrozen budget`'s idle estimate scales a run's local epochs and its per-round evaluation by these
+ratios (fedfrozen.runs.timing.MODEL_COST), since its idle rates were measured on the ViT.
 """
 
 import argparse

@@ -38,7 +38,7 @@ MODULES = {
     "theory": ("linear_attention", "attention_sim"),
     "engine": ("config", "checkpoint", "pretrain", "local", "batched", "setup", "messages", "metrics", "clients",
                "server", "round", "loop"),
-    "runs": ("cluster", "experiments", "archive", "dryrun"),
+    "runs": ("cluster", "experiments", "archive", "dryrun", "timing"),
     "studies": ("profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study", "controls",
                 "regime", "beyond", "recipes", "roles", "report", "budgets", "verification"),
 }

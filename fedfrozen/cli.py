@@ -361,6 +361,14 @@ def cmd_archive(args) -> int:
     return 0
 
 
+def cmd_budget(args) -> int:
+    from .runs.timing import measure
+
+    books = notebooks(args.only)  # an unknown --only fails here, before anything runs
+    measure(books, args.workers, print_row=lambda line: print(line, flush=True))
+    return 0
+
+
 def cmd_report(args) -> int:
     from .studies.report import write
 
@@ -458,6 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every notebook's grid on the Ray cluster at ADDRESS (auto, host:port; 'local' starts "
                         "one on this machine): sets FEDFROZEN_RAY_ADDRESS for the kernels (docs/cluster.md)")
     q.set_defaults(func=cmd_reproduce)
+    b = sub.add_parser("budget", help="time the notebooks from an empty cache on this machine: execute each at the "
+                                      "cpu profile with its runs logged (outputs not written back), each run counted "
+                                      "once, as recorded and at the idle machine's rates (docs/cpu_profile.md, Time)")
+    b.add_argument("--only", help="comma-separated notebook numbers, e.g. 03,04 (the earlier ones' runs still count "
+                                  "as made)")
+    b.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at a time (default: cores)")
+    b.set_defaults(func=cmd_budget)
     rp = sub.add_parser("report", help="judge the claim notebooks' verdict tables as one family: write "
                                        "figures/readme_verdicts.csv, the headline figure and (cpu profile) the verdict "
                                        "blocks of README.md and docs/claims.md")

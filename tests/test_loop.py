@@ -180,7 +180,7 @@ def test_cache_hit_does_not_train_again(tmp_path, monkeypatch):
 
 
 def test_the_run_log_names_every_run_with_its_training_seconds(tmp_path, monkeypatch):
-    """FEDFROZEN_RUN_LOG (tools/budget.py): one line per run loaded or trained, with whether it was cached and the
+    """FEDFROZEN_RUN_LOG (`fedfrozen budget`): one line per run loaded or trained, with whether it was cached and the
     sum of its rounds' seconds (the same when it is loaded again); nothing is written when it is unset."""
     cfg = tiny_config(rounds=2)
     ff.run_or_load(cfg, root=str(tmp_path / "quiet"), experiment="t", progress=False)  # unset: no log anywhere

@@ -34,7 +34,7 @@ def test_a_figures_folder_set_in_the_environment_takes_every_profiles_output(tmp
     (project / "notebooks").mkdir(parents=True)
     (project / "pyproject.toml").write_text("")
     monkeypatch.chdir(project)
-    monkeypatch.setenv(FIGURES_ENV, str(elsewhere))  # tools/budget.py: a timing writes no figures/
+    monkeypatch.setenv(FIGURES_ENV, str(elsewhere))  # `fedfrozen budget`: a timing writes no figures/
     for profile in ("cpu", "smoke"):
         assert plots.save_table(pd.DataFrame({"a": [1.0]}), "99_x", profile) == str(elsewhere / "99_x.csv")
     assert (elsewhere / "99_x.csv").exists()

@@ -31,7 +31,7 @@ LAYERS = [
     ("a run", "engine", ["config", "checkpoint", "pretrain", "local", "batched", "setup", "messages", "metrics",
                          "clients", "server", "round", "loop"]),
     ("many runs: the cache, its archives, clusters, the dry run", "runs",
-     ["cluster", "experiments", "archive", "dryrun"]),
+     ["cluster", "experiments", "archive", "dryrun", "timing"]),
     ("flower apps", "flower", None),
     ("the studies behind the notebooks", "studies",
      ["profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study", "controls", "regime",

@@ -27,8 +27,8 @@ __all__ = ["atomic_write", "atomic_dir", "file_lock", "environment", "cpu_model"
 
 THREADS_ENV = "FEDFROZEN_THREADS"  # CPU threads for torch in every run of this process and the kernels it starts
 DRY_RUN_ENV = "FEDFROZEN_DRY_RUN"  # JSON settings of `fedfrozen dry-run`, set only in the kernels it starts
-RUN_LOG_ENV = "FEDFROZEN_RUN_LOG"  # a JSON-lines file: one line per run a process loads or trains (tools/budget.py)
-# a folder that takes every figure and table instead of figures/ (tools/budget.py executes the notebooks into a
+RUN_LOG_ENV = "FEDFROZEN_RUN_LOG"  # a JSON-lines file: one line per run a process loads or trains (`fedfrozen budget`)
+# a folder that takes every figure and table instead of figures/ (`fedfrozen budget` executes the notebooks into a
 # temp dir: a timing leaves the committed figures as they are)
 FIGURES_ENV = "FEDFROZEN_FIGURES"
 # Arguments of every notebook kernel the project starts (reproduce, dry-run, tools/refresh_outputs.py): the kernel's
@@ -342,7 +342,7 @@ def follow_threads() -> None:
 def log_run(key: str, experiment: str, hist) -> None:
     """Append one line {key, experiment, cached, seconds} for History `hist` to the file named by FEDFROZEN_RUN_LOG,
     if it is set: which runs a notebook uses and how long each took to train (the sum of its rounds' seconds,
-    measured when it was trained), read by tools/budget.py. Nothing, not even the sum, when the variable is unset."""
+    measured when it was trained), read by `fedfrozen budget`. Nothing, not even the sum, when the variable is unset."""
     path = os.environ.get(RUN_LOG_ENV)
     if not path:
         return

@@ -6,7 +6,7 @@ figures/02_partitions.csv with floats to 6 significant digits (a rerun on anothe
 rewrites the same text). Only the committed profile (`profiles.COMMITTED`, cpu) writes there: under any other
 (smoke in CI, paper on a GPU) both go to runs/<profile>/figures/, so no run overwrites the committed figures;
 the profile is an explicit argument. FEDFROZEN_FIGURES (fedfrozen.base.io.FIGURES_ENV), where set, names a folder
-that takes them instead under every profile (tools/budget.py's executions write there, not to figures/).
+that takes them instead under every profile (`fedfrozen budget`'s executions write there, not to figures/).
 """
 
 from __future__ import annotations
