@@ -95,7 +95,7 @@ def test_a_comparison_is_data_and_its_label_is_written_in_one_place():
     row = study.fedfrozen_vs_fedavg("sgd", 0.5, 0.3)
     claim, label, cell, a, b = row
     assert (claim, cell, a, b) == ("C2", "sgd", "fedfrozen T0 50% @ 0.3", "fedavg @ 0.3")
-    assert label == "FedFrozen T0 50% − FedAvg, both at 0.3, sgd" and row.label == label
+    assert row.label == label and all(part in label for part in ("FedFrozen T0 50%", "FedAvg", "0.3", "sgd"))
     assert study.fedfrozen_vs_fedavg("x", 0.25, 1e-3).claim == "C1"
     assert study.t0(120, 0.25) == 30 and study.t0(100, 0.5) == 50 and study.t0(3, 0.25) == 1
 

@@ -115,3 +115,24 @@ def test_an_arms_configs_are_its_runs_in_its_notebooks_tables():
     assert {config_key(c) for c in fedavg} == keys  # the same runs, read back by their keys
     with pytest.raises(ValueError, match="side must be 'a' or 'b'"):
         report.arm_configs(quote, "c")
+
+
+PARSING = re.compile(r"""\[["'](comparison|arm)["']\]\.str\.|\.split\(["'](T0 | @ )|lab\.startswith\(|"""
+                     r"""comparison["']\]\s*==|\.comparison\s*==""")
+
+
+def test_no_code_selects_or_decodes_rows_by_their_labels():
+    """Labels are generated for people to read: code that needs what a comparison or an arm is reads its data (an
+    arm's Config, a verdict row's `by`/`a`/`b`, `report.Quote`), never its label (a substring, a split, a match)."""
+    import nbformat
+
+    found = []
+    for folder in ("fedfrozen", "tools", "benchmarks"):
+        for path in (ROOT / folder).rglob("*.py"):
+            found += [(path.name, m.group(0)) for m in PARSING.finditer(path.read_text())]
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                found += [(path.name, m.group(0)) for m in PARSING.finditer(cell.source)]
+    assert not found, found
+    assert PARSING.search('v["comparison"].str.contains("x")') and PARSING.search('arm.split("T0 ")[1]')
