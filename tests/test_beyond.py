@@ -91,7 +91,7 @@ def test_selected_rates_and_stability():
             return self.acc
 
     hists = [H(0.5), H(0.9, diverged=True), H(0.4), H(0.4)]
-    assert beyond.selected_rates(cfgs, hists) == {"fedavg": 1e-3, "fedfrozen": 1e-3}  # diverged never wins
+    assert ff.study.selected_rates(cfgs, hists) == {"fedavg": 1e-3, "fedfrozen": 1e-3}  # diverged never wins
     assert beyond.trains_stably(cfgs, hists)
     assert not beyond.trains_stably(cfgs, [H(0.15), H(0.9, diverged=True), H(0.5), H(0.5)])
 

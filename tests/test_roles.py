@@ -84,7 +84,7 @@ def test_the_rule_runs_on_held_out_seeds_no_comparison_evaluates():
 def test_the_rule_reads_the_mean_over_the_selection_seeds():
     """One seed that favours a rate does not choose it against the others' mean; a rate with a diverged seed never
     wins; one seed is the rule as before."""
-    from fedfrozen.studies.beyond import selected_rates
+    from fedfrozen.studies.study import selected_rates
 
     def hist(acc):
         return SimpleNamespace(diverged={"round": 3} if acc is None else None, late=lambda col: acc)

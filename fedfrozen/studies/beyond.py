@@ -38,10 +38,10 @@ from ..engine.config import Config
 from .controls import Arm, arms_of
 from .profiles import REGIME_LR_GRID, among, dirichlet_fields, regime_learning_rates, regime_setup, select
 from .selection import selection_t0
-from .study import Comparison, against_fedavg
+from .study import Comparison, against_fedavg, selected_rates
 
 __all__ = ["MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "model_fields", "selection_configs",
-           "selected_rates", "cells_by_rule", "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
+           "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
 
 # the models of notebook 12 at the cpu profile (28×28, one channel) and at the smoke profile's digits (8×8)
 MODELS = {
@@ -117,46 +117,11 @@ def selection_configs(profile: str, base: dict, name: str, methods=("fedavg", "f
     return [Config(method=m, lr=float(lr), **dirichlet_fields(0.1), **fields) for m in methods for lr in grid]
 
 
-def selected_rates(cfgs, hists) -> dict:
-    """{method: rate} by the one rule (selection.pick on late validation accuracy; diverged runs never win). Where
-    the selection runs of a rate have several seeds, the rule reads the mean over them (a rate any of whose seeds
-    diverged never wins)."""
-    from .selection import pick
-
-    val: dict = {}
-    for cfg, hist in zip(cfgs, hists):
-        val.setdefault(cfg.method, {}).setdefault(cfg.lr, []).append(None if hist.diverged else hist.late("val_acc"))
-    mean = {m: {lr: None if None in accs else sum(accs) / len(accs) for lr, accs in v.items()} for m, v in val.items()}
-    return {m: pick(v) for m, v in mean.items()}
-
-
 def trains_stably(cfgs, hists, num_classes: int = 10) -> bool:
     """Whether FedAvg's selection runs of a model trained: some rate did not diverge and reached twice chance in late
     validation accuracy (the rule by which the linear model keeps the identity feature map, else elu + 1)."""
     accs = [h.late("val_acc") for c, h in zip(cfgs, hists) if c.method == "fedavg" and not h.diverged]
     return any(a is not None and a >= 2 / num_classes for a in accs)
-
-
-def cells_by_rule(selection: dict, experiment: str, extra=None):
-    """Each cell's rates by the one rule: `selection` ({cell: its selection configs}) trained or loaded in one
-    `run_many`, then `selected_rates` per cell. Returns (rates {cell: {method: rate}}, a table of every selection
-    run: cell, method, lr, late validation and test accuracy (None where it diverged), and the columns
-    `extra(cfg, hist)` adds)."""
-    import pandas as pd
-
-    from ..runs.experiments import run_many
-
-    hists = run_many([c for cs in selection.values() for c in cs], experiment=experiment)
-    rates, rows, i = {}, [], 0
-    for cell, cs in selection.items():
-        hs = hists[i:i + len(cs)]
-        i += len(cs)
-        rates[cell] = selected_rates(cs, hs)
-        rows += [dict(cell=cell, method=c.method, lr=c.lr, late_val_acc=None if h.diverged else h.late("val_acc"),
-                      late_acc=None if h.diverged else h.late_accuracy, **(extra(c, h) if extra else {}))
-                 for c, h in zip(cs, hs)]
-    columns = ["cell", "method", "lr", "late_val_acc", "late_acc"]
-    return rates, pd.DataFrame(rows, columns=columns + [k for k in (rows[0] if rows else {}) if k not in columns])
 
 
 def rates_by_rule(profile: str, base: dict, names, grid=REGIME_LR_GRID, experiment: str | None = None):

@@ -34,11 +34,11 @@ two choose differently every arm runs at both rates, each comparison at a shared
 from __future__ import annotations
 
 from ..engine.config import Config
-from .beyond import SELECTION_SEED, cells_by_rule
+from .beyond import SELECTION_SEED
 from .controls import Arm
 from .profiles import CPU_LR_GRID, among, seed_lists, select
 from .profiles import data_root as default_data_root
-from .study import Comparison, against_fedavg, arm_label, t0
+from .study import Comparison, against_fedavg, arm_label, cells_by_rule, t0
 
 __all__ = ["INITS", "SELECTION_SEED", "SELECTION_SEEDS", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET",
            "PRETRAIN_EPOCHS", "VALUE_L2", "LR_GRID", "DRIFT_GROUPS", "fields", "cell_fields", "selection_seeds",
@@ -95,7 +95,7 @@ def selection_seeds(profile: str) -> tuple:
 def selection_configs(profile: str, base: dict, init: str, grid=None, seeds=None) -> list[Config]:
     """The configs the one rule compares for cell `init`: FedAvg and FedFrozen (T0 25%) at each rate of LR_GRID (the
     smoke profile two of them), on each of `seeds` (default `selection_seeds(profile)`; a pretrained run's body
-    pre-trained with its own seed). The rule reads the mean over the seeds (`beyond.selected_rates`)."""
+    pre-trained with its own seed). The rule reads the mean over the seeds (`study.selected_rates`)."""
     f = cell_fields(base, init)
     f.update(warmup_rounds=t0(f["rounds"], 0.25))
     seeds = selection_seeds(profile) if seeds is None else tuple(seeds)

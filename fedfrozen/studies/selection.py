@@ -4,7 +4,7 @@ Rule (RULE; the same as the digits selection in the README): for each method, tr
 small grid on the notebook's selection seeds and keep the rate with the best late validation accuracy
 (History.late: the mean over the late window; one evaluation under partial participation at alpha 0.1
 swings by tens of points with the clients sampled), read on the mean over the seeds where there are
-several (beyond.selected_rates), ties and runs that diverged going to the smaller rate. Which seeds: 0
+several (study.selected_rates), ties and runs that diverged going to the smaller rate. Which seeds: 0
 for the image profiles (`select_learning_rates` here); 100, which no comparison evaluates, for notebooks
 12-13; the mean of 100-102 for notebook 14, where one seed chose rates 2.4-2.6 sd away from the
 evaluated seeds' mean. Freezing methods

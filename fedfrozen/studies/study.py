@@ -8,13 +8,17 @@ by their data, `report.Quote`).
 
     rows = study.against_fedavg(arms)     # each FedFrozen arm against FedAvg of its cell at the same rate
     for claim, label, cell, a, b in rows: ...               # a Comparison is a named tuple of these five
+    rates, table = study.cells_by_rule({cell: its selection configs, ...}, experiment)   # the one rate rule
+
+The rate rule (fedfrozen.studies.selection.RULE) is a parameter of a study as its selection configs: each cell's
+configs at each rate of its grid, on the held-out seeds it names (one, or the mean over several).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Comparison", "arm_label", "t0", "fedfrozen_vs_fedavg", "against_fedavg"]
+__all__ = ["Comparison", "arm_label", "t0", "fedfrozen_vs_fedavg", "against_fedavg", "selected_rates", "cells_by_rule"]
 
 
 class Comparison(NamedTuple):
@@ -65,3 +69,38 @@ def against_fedavg(arms, cell_of=None) -> list[Comparison]:
                 if (cell, row.a) in have:
                     rows.append(row)
     return rows
+
+
+def selected_rates(cfgs, hists) -> dict:
+    """{method: rate} by the one rule (selection.pick on late validation accuracy; diverged runs never win). Where
+    the selection runs of a rate have several seeds, the rule reads the mean over them (a rate any of whose seeds
+    diverged never wins)."""
+    from .selection import pick
+
+    val: dict = {}
+    for cfg, hist in zip(cfgs, hists):
+        val.setdefault(cfg.method, {}).setdefault(cfg.lr, []).append(None if hist.diverged else hist.late("val_acc"))
+    mean = {m: {lr: None if None in accs else sum(accs) / len(accs) for lr, accs in v.items()} for m, v in val.items()}
+    return {m: pick(v) for m, v in mean.items()}
+
+
+def cells_by_rule(selection: dict, experiment: str, extra=None):
+    """Each cell's rates by the one rule: `selection` ({cell: its selection configs}) trained or loaded in one
+    `run_many`, then `selected_rates` per cell. Returns (rates {cell: {method: rate}}, a table of every selection
+    run: cell, method, lr, late validation and test accuracy (None where it diverged), and the columns
+    `extra(cfg, hist)` adds)."""
+    import pandas as pd
+
+    from ..runs.experiments import run_many
+
+    hists = run_many([c for cs in selection.values() for c in cs], experiment=experiment)
+    rates, rows, i = {}, [], 0
+    for cell, cs in selection.items():
+        hs = hists[i:i + len(cs)]
+        i += len(cs)
+        rates[cell] = selected_rates(cs, hs)
+        rows += [dict(cell=cell, method=c.method, lr=c.lr, late_val_acc=None if h.diverged else h.late("val_acc"),
+                      late_acc=None if h.diverged else h.late_accuracy, **(extra(c, h) if extra else {}))
+                 for c, h in zip(cs, hs)]
+    columns = ["cell", "method", "lr", "late_val_acc", "late_acc"]
+    return rates, pd.DataFrame(rows, columns=columns + [k for k in (rows[0] if rows else {}) if k not in columns])
