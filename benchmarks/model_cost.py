@@ -3,7 +3,7 @@
     python benchmarks/model_cost.py [--steps 30] [--repeats 3]
 
 One local training step (batch 16, 28x28, one channel, AdamW) and one evaluation pass (batch 1,000, no gradients) of
-each model of fedfrozen.studies.beyond.MODELS and of vit_fmnist_p4 (patch 4: 49 tokens), timed in turns with the ViT
+each model of fedfrozen.studies.families.MODELS and of vit_fmnist_p4 (patch 4: 49 tokens), timed in turns with the ViT
 (vit_fmnist_w48) so that machine noise hits both alike; prints each model's parameters and its median times as ratios
 to the ViT's. `fedfrozen budget`'s idle estimate scales a run's local epochs and its per-round evaluation by these
 ratios (fedfrozen.runs.timing.MODEL_COST), since its idle rates were measured on the ViT.
@@ -16,7 +16,7 @@ import time
 import torch
 
 import fedfrozen as ff
-from fedfrozen import beyond
+from fedfrozen import families
 
 
 def step_time(model, x, y, steps: int) -> float:
@@ -53,7 +53,7 @@ def main() -> None:
     torch.set_num_threads(1)  # as the runs train: one thread each (ff.io.use_threads)
     torch.manual_seed(0)
     x, y = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
-    table = {**beyond.MODELS, "p4": dict(model="vit_fmnist_p4")}
+    table = {**families.MODELS, "p4": dict(model="vit_fmnist_p4")}
     models = {name: ff.qkv.split_qkv(ff.models.create(f["model"], 10, **f.get("model_kwargs", {})))
               for name, f in table.items()}
     xe = torch.randn(1000, 1, 28, 28)

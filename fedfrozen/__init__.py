@@ -40,7 +40,7 @@ MODULES = {
                "server", "round", "loop"),
     "runs": ("cluster", "experiments", "archive", "dryrun", "timing"),
     "studies": ("profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study", "controls",
-                "regime", "beyond", "recipes", "roles", "report", "budgets", "verification"),
+                "regime", "families", "recipes", "roles", "report", "budgets", "verification"),
 }
 _LAYER_OF = {m: layer for layer, names in MODULES.items() for m in names}
 

@@ -35,7 +35,7 @@ LAYERS = [
     ("flower apps", "flower", None),
     ("the studies behind the notebooks", "studies",
      ["profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study", "controls", "regime",
-      "beyond", "recipes", "roles", "report", "budgets", "verification"]),
+      "families", "recipes", "roles", "report", "budgets", "verification"]),
     ("command line", "cli", None),
     ("entry point", "__main__", None),
 ]

@@ -1,4 +1,4 @@
 """What the notebooks call: the profiles, the paired rule and its tables and plots, the rate rule, and each notebook's
-cells (controls, regime, beyond, recipes, roles); verification across machines.
+cells (controls, regime, families, recipes, roles); verification across machines.
 
 See docs/development.md for the layers and what each may import."""

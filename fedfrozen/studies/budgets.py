@@ -30,10 +30,9 @@ import math
 
 from ..engine.config import Config, identity
 from . import recipes, report, roles
-from .beyond import SELECTION_SEED
 from .controls import Arm
 from .profiles import CPU_LR_GRID, among, learning_rates, select
-from .study import Comparison, against_fedavg, arm_label, t0
+from .study import SELECTION_SEED, Comparison, against_fedavg, arm_label, t0
 
 __all__ = ["CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs", "build",
            "comparisons", "SCREEN_SEEDS", "STUDY_CELLS", "readme_settings", "screen_experiment", "doubled",

@@ -37,7 +37,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.config import Config
-from .beyond import SELECTION_SEED
 from .controls import Arm
 from .profiles import (
     CPU_LR_GRID,
@@ -49,7 +48,7 @@ from .profiles import (
     seed_lists,
     select,
 )
-from .study import Comparison, against_fedavg, arm_label, cells_by_rule, t0
+from .study import SELECTION_SEED, Comparison, against_fedavg, arm_label, cells_by_rule, t0
 
 __all__ = ["CELLS", "SELECTION_SEED", "SHIFT_GROUPS", "SGD_BUDGET", "PLATEAU_POINTS", "cell_fields", "grid_of",
            "selection_configs", "rates_by_rule", "plateau_gain", "build", "comparisons"]

@@ -34,11 +34,10 @@ two choose differently every arm runs at both rates, each comparison at a shared
 from __future__ import annotations
 
 from ..engine.config import Config
-from .beyond import SELECTION_SEED
 from .controls import Arm
 from .profiles import CPU_LR_GRID, among, seed_lists, select
 from .profiles import data_root as default_data_root
-from .study import Comparison, against_fedavg, arm_label, cells_by_rule, t0
+from .study import SELECTION_SEED, Comparison, against_fedavg, arm_label, cells_by_rule, t0
 
 __all__ = ["INITS", "SELECTION_SEED", "SELECTION_SEEDS", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET",
            "PRETRAIN_EPOCHS", "VALUE_L2", "LR_GRID", "DRIFT_GROUPS", "fields", "cell_fields", "selection_seeds",

@@ -1,4 +1,4 @@
-"""Notebook 12's cells (fedfrozen.studies.beyond): paired arms differ in one thing, the rule's seed is never
+"""Notebook 12's cells (fedfrozen.studies.families): paired arms differ in one thing, the rule's seed is never
 evaluated."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fedfrozen as ff
-from fedfrozen import beyond, partition
+from fedfrozen import families, partition
 from fedfrozen.runs.experiments import config_key
 
 RATES = {m: {"fedavg": 1e-3, "fedfrozen": 3e-3} for m in ("linear", "swin", "cait")}
@@ -19,13 +19,13 @@ def _diff(a, b):
 
 @pytest.fixture(scope="module")
 def arms():
-    return beyond.build("cpu", ff.profiles.federated("cpu"), RATES, seeds=range(2), seeds_c1=range(3),
+    return families.build("cpu", ff.profiles.federated("cpu"), RATES, seeds=range(2), seeds_c1=range(3),
                         seeds_large=range(2))
 
 
 def test_paired_arms_differ_only_in_the_freezing(arms):
     by = {(a.cell, a.arm, a.cfg.seed): a.cfg for a in arms}
-    rows = beyond.comparisons(arms)
+    rows = families.comparisons(arms)
     assert rows
     for _, label, cell, a, b in rows:
         seeds = [s for (c, arm, s) in by if c == cell and arm == a]
@@ -54,17 +54,18 @@ def test_the_two_federations_differ_only_in_the_number_of_clients(arms):
 
 def test_every_arm_has_its_own_body_and_the_rules_seed_is_never_evaluated(arms):
     assert all(a.cfg.pretrain_seed == a.cfg.seed and a.cfg.init == "pretrained" for a in arms)
-    assert beyond.SELECTION_SEED not in {a.cfg.seed for a in arms}
-    sel = beyond.selection_configs("cpu", ff.profiles.federated("cpu"), "swin")
-    assert {(c.seed, c.pretrain_seed, c.alpha) for c in sel} == {(beyond.SELECTION_SEED, beyond.SELECTION_SEED, 0.1)}
+    assert families.SELECTION_SEED not in {a.cfg.seed for a in arms}
+    sel = families.selection_configs("cpu", ff.profiles.federated("cpu"), "swin")
+    seed = families.SELECTION_SEED
+    assert {(c.seed, c.pretrain_seed, c.alpha) for c in sel} == {(seed, seed, 0.1)}
     assert sorted({c.lr for c in sel}) == list(ff.profiles.REGIME_LR_GRID)
-    assert {c.model for c in sel} == {beyond.MODELS["swin"]["model"]}
+    assert {c.model for c in sel} == {families.MODELS["swin"]["model"]}
 
 
 def test_the_vit_cell_is_notebook_03s_bodies_cell():
     base = ff.profiles.federated("cpu")
     bodies = ff.controls.build("cpu", base, seeds=range(5), few=range(5), cells=["bodies"])
-    vit = beyond.build("cpu", base, {}, cells=("vit",))
+    vit = families.build("cpu", base, {}, cells=("vit",))
     assert {config_key(a.cfg) for a in vit} == {config_key(a.cfg) for a in bodies
                                                if a.arm in ("fedavg @ 0.003", "fedfrozen T0 25% @ 0.003")}
 
@@ -72,7 +73,7 @@ def test_the_vit_cell_is_notebook_03s_bodies_cell():
 def test_every_model_builds_and_splits_at_the_profiles_shapes():
     for profile in ("smoke", "cpu"):
         for name in ("linear", "swin", "cait"):
-            f = beyond.model_fields(profile, name)
+            f = families.model_fields(profile, name)
             side = 28 if profile == "cpu" else 8
             model = ff.qkv.split_qkv(ff.models.create(f["model"], 10, **f.get("model_kwargs", {})))
             groups = ff.qkv.param_groups(model)
@@ -81,7 +82,7 @@ def test_every_model_builds_and_splits_at_the_profiles_shapes():
 
 
 def test_selected_rates_and_stability():
-    cfgs = beyond.selection_configs("smoke", ff.profiles.federated("smoke"), "linear", grid=(1e-3, 3e-3))
+    cfgs = families.selection_configs("smoke", ff.profiles.federated("smoke"), "linear", grid=(1e-3, 3e-3))
 
     class H:
         def __init__(self, acc, diverged=False):
@@ -92,20 +93,20 @@ def test_selected_rates_and_stability():
 
     hists = [H(0.5), H(0.9, diverged=True), H(0.4), H(0.4)]
     assert ff.study.selected_rates(cfgs, hists) == {"fedavg": 1e-3, "fedfrozen": 1e-3}  # diverged never wins
-    assert beyond.trains_stably(cfgs, hists)
-    assert not beyond.trains_stably(cfgs, [H(0.15), H(0.9, diverged=True), H(0.5), H(0.5)])
+    assert families.trains_stably(cfgs, hists)
+    assert not families.trains_stably(cfgs, [H(0.15), H(0.9, diverged=True), H(0.5), H(0.5)])
 
 
 def test_bad_input_is_refused():
     base = ff.profiles.federated("cpu")
     with pytest.raises(ValueError, match="cells"):
-        beyond.build("cpu", base, RATES, cells=("deit",))
+        families.build("cpu", base, RATES, cells=("deit",))
     with pytest.raises(ValueError, match="rates"):
-        beyond.build("cpu", base, {}, cells=("swin",))
+        families.build("cpu", base, {}, cells=("swin",))
     with pytest.raises(ValueError, match="model"):
-        beyond.model_fields("cpu", "xcit")
+        families.model_fields("cpu", "xcit")
     with pytest.raises(ValueError, match="feature_map"):
-        beyond.model_fields("cpu", "swin", feature_map="elu")
+        families.model_fields("cpu", "swin", feature_map="elu")
 
 
 def test_dealing_gives_every_client_its_images_where_no_redraw_can():
@@ -133,9 +134,9 @@ def test_the_deal_rule_is_checked_before_any_work():
 
 def test_the_paper_profile_runs_every_cell_from_scratch_at_vit_cifars_scale():
     base = ff.profiles.federated("paper")
-    arms = beyond.build("paper", base, RATES, seeds=range(1), seeds_c1=range(1), seeds_large=range(1))
+    arms = families.build("paper", base, RATES, seeds=range(1), seeds_c1=range(1), seeds_large=range(1))
     assert {a.cell.split(",")[0] for a in arms} == {"linear", "swin", "cait", "vit", "100 clients", "1000 clients"}
     assert {a.cfg.init for a in arms} == {"random"} and {a.cfg.dataset for a in arms} == {"cifar10"}
     assert {a.cfg.model_kwargs.get("img_size", 32) for a in arms} == {32}
-    sel = beyond.selection_configs("paper", base, "cait")
-    assert {c.init for c in sel} == {"random"} and {c.seed for c in sel} == {beyond.SELECTION_SEED}
+    sel = families.selection_configs("paper", base, "cait")
+    assert {c.init for c in sel} == {"random"} and {c.seed for c in sel} == {families.SELECTION_SEED}

@@ -26,10 +26,9 @@ at both (each comparison at a shared rate). The 100/1,000-client cells take the 
 (profiles.REGIME_LR, selected at 100 clients, 120 rounds, one local epoch); between the two of them only `n_clients`
 differs.
 
-    spec = beyond.Spec.of(profile)                                 # models and sizes of the profile
-    rates, feature_map, table = beyond.rates_by_rule(profile, base, ["linear", "swin", "cait"])  # the rule, seed 100
-    arms = beyond.build(profile, base, rates, seeds=..., ...)      # [Arm(cell, arm, cfg, model), ...]
-    rows = beyond.comparisons(arms)                                # [Comparison(claim, label, cell, a, b), ...]
+    rates, feature_map, table = families.rates_by_rule(profile, base, ["linear", "swin", "cait"])  # seed 100
+    arms = families.build(profile, base, rates, seeds=..., ...)    # [Arm(cell, arm, cfg, model), ...]
+    rows = families.comparisons(arms)                              # [Comparison(claim, label, cell, a, b), ...]
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from ..engine.config import Config
 from .controls import Arm, arms_of
 from .profiles import REGIME_LR_GRID, among, dirichlet_fields, regime_learning_rates, regime_setup, select
 from .selection import selection_t0
-from .study import Comparison, against_fedavg, selected_rates
+from .study import SELECTION_SEED, Comparison, against_fedavg, selected_rates
 
 __all__ = ["MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "model_fields", "selection_configs",
            "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
@@ -77,7 +76,6 @@ PAPER_MODELS = {
                  model_kwargs=dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=6, num_heads=4,
                                    mlp_ratio=2.0, depth_token_only=2)),
 }
-SELECTION_SEED = 100  # the rule's seed in this notebook: no comparison evaluates it (seeds 0-14 do)
 CLIENT_COUNTS = (100, 1000)
 LARGE = dict(rounds=240, local_steps=6, local_epochs=None, min_client_samples=1, min_samples_by="deal")
 
