@@ -32,10 +32,10 @@ from ..engine.config import Config, identity
 from . import recipes, report, roles
 from .controls import Arm
 from .profiles import CPU_LR_GRID, among, learning_rates, select
-from .study import SELECTION_SEED, Comparison, against_fedavg, arm_label, t0
+from .study import SELECTION_SEED, Comparison, Study, against_fedavg, arm_label, t0
 
-__all__ = ["CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs", "build",
-           "comparisons", "SCREEN_SEEDS", "STUDY_CELLS", "readme_settings", "screen_experiment", "doubled",
+__all__ = ["study", "CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs",
+           "build", "comparisons", "SCREEN_SEEDS", "STUDY_CELLS", "readme_settings", "screen_experiment", "doubled",
            "screen", "readme_status"]
 
 CELLS = ("adamw", "adamw_5ep", "sgd", "p4_w48", "text_scratch", "text_pretrained")
@@ -274,3 +274,11 @@ def readme_status(settings: list[dict], hists: list, pairs: dict, convergence=No
             row.update(by="last tenth", status="needs the doubling runs" if above else PASSES)
         out.append(row)
     return pd.DataFrame(out)
+
+
+def study(profile: str, image_base: dict, text_base: dict | None, rates: dict, cells=CELLS,
+          seeds: dict | None = None) -> Study:
+    """Notebook 15's study: `build`'s arms at every budget and their `comparisons`, each arm's runs grouped in its
+    cell at its budget (`cell_name`)."""
+    arms = build(profile, image_base, text_base, rates, cells=cells, seeds=seeds)
+    return Study("15", tuple(arms), tuple(comparisons(arms)), cell_of=cell_name)

@@ -48,9 +48,9 @@ from .profiles import (
     seed_lists,
     select,
 )
-from .study import SELECTION_SEED, Comparison, against_fedavg, arm_label, cells_by_rule, t0
+from .study import SELECTION_SEED, Comparison, Study, against_fedavg, arm_label, cells_by_rule, t0
 
-__all__ = ["CELLS", "SELECTION_SEED", "SHIFT_GROUPS", "SGD_BUDGET", "PLATEAU_POINTS", "cell_fields", "grid_of",
+__all__ = ["study", "CELLS", "SELECTION_SEED", "SHIFT_GROUPS", "SGD_BUDGET", "PLATEAU_POINTS", "cell_fields", "grid_of",
            "selection_configs", "rates_by_rule", "plateau_gain", "build", "comparisons"]
 
 CELLS = ("sgd", "adamw", "rotation", "patch_permutation", "p4", "p4_w48")
@@ -172,3 +172,9 @@ def comparisons(arms: list[Arm], rates: dict | None = None) -> list[Comparison]:
                                      f"{sgd['fedavg']:g}, sgd", "sgd", arm_label("fedfrozen", 0.25, sgd["fedfrozen"]),
                                arm_label("fedavg", None, sgd["fedavg"])))
     return rows
+
+
+def study(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_rest=range(5), cells=CELLS) -> Study:
+    """Notebook 13's study: `build`'s arms and their `comparisons` (with `rates`, the sgd cell's own-best row)."""
+    arms = build(profile, base, rates, seeds_pair=seeds_pair, seeds_rest=seeds_rest, cells=cells)
+    return Study("13", tuple(arms), tuple(comparisons(arms, rates)))

@@ -37,9 +37,9 @@ from ..engine.config import Config
 from .controls import Arm
 from .profiles import CPU_LR_GRID, among, seed_lists, select
 from .profiles import data_root as default_data_root
-from .study import SELECTION_SEED, Comparison, against_fedavg, arm_label, cells_by_rule, t0
+from .study import SELECTION_SEED, Comparison, Study, against_fedavg, arm_label, cells_by_rule, t0
 
-__all__ = ["INITS", "SELECTION_SEED", "SELECTION_SEEDS", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET",
+__all__ = ["study", "INITS", "SELECTION_SEED", "SELECTION_SEEDS", "N_CLIENTS", "PER_ROUND", "BUDGET", "SMOKE_BUDGET",
            "PRETRAIN_EPOCHS", "VALUE_L2", "LR_GRID", "DRIFT_GROUPS", "fields", "cell_fields", "selection_seeds",
            "selection_configs", "rates_by_rule", "penalty_arm", "build", "is_sensitivity", "comparisons", "drift_table"]
 
@@ -195,3 +195,12 @@ def drift_table(arms: list[Arm], hists, sizes: dict | None = None) -> "pd.DataFr
                              disp_per_param=got.get(f"disp_{g}_per_param", float("nan"))))
     return pd.DataFrame(rows, columns=["key", "cell", "lr", "seed", "group", "drift", "step", "disp",
                                        "disp_per_param"])
+
+
+def study(profile: str, base: dict, rates: dict, seeds_pair=range(15), seeds_rest=range(5), inits=INITS,
+          sensitivity: dict | None = None) -> Study:
+    """Notebook 14's study: `build`'s arms and their `comparisons` (the rate-sensitivity cell's among them:
+    `is_sensitivity` tells them apart)."""
+    arms = build(profile, base, rates, seeds_pair=seeds_pair, seeds_rest=seeds_rest, inits=inits,
+                 sensitivity=sensitivity)
+    return Study("14", tuple(arms), tuple(comparisons(arms)))

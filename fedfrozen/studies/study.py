@@ -6,6 +6,10 @@ is generated from those by the one function here that writes it, so that no labe
 code that needs a comparison's parts reads its fields (`fedfrozen report` names the comparisons the documents quote
 by their data, `report.Quote`).
 
+    s = recipes.study(profile, base, rates)  # a notebook's Study: its arms and comparisons, declared
+    hists = ff.run_many(s.configs(), experiment=...)
+    runs = s.runs(hists)                      # the per-seed table: every run's settings, its cell and arm
+    verdicts = s.verdicts(ff.tables.mean_std(runs, ["cell", "arm"], [...]), "late_acc")
     rows = study.against_fedavg(arms)     # each FedFrozen arm against FedAvg of its cell at the same rate
     for claim, label, cell, a, b in rows: ...               # a Comparison is a named tuple of these five
     rates, table = study.cells_by_rule({cell: its selection configs, ...}, experiment)   # the one rate rule
@@ -16,10 +20,12 @@ configs at each rate of its grid, on the held-out seeds it names (one, or the me
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["SELECTION_SEED", "Comparison", "arm_label", "t0", "fedfrozen_vs_fedavg", "against_fedavg", "selected_rates",
-           "cells_by_rule"]
+__all__ = ["SELECTION_SEED", "Study", "Comparison", "arm_label", "t0", "fedfrozen_vs_fedavg", "against_fedavg",
+           "selected_rates", "cells_by_rule"]
 
 
 SELECTION_SEED = 100  # the rule's held-out seed (notebooks 12, 13, 15; 14 reads it with 101 and 102): no comparison
@@ -35,6 +41,45 @@ class Comparison(NamedTuple):
     cell: str
     a: str
     b: str
+
+
+@dataclass(frozen=True)
+class Study:
+    """One notebook's study, declared: its arms (cells × arms × seeds: one `controls.Arm` per cell, arm and seed,
+    its Config whole) and its comparisons (`Comparison`s of two arms of one cell, a minus b paired by seed).
+    `cell_of(arm)` is the cell an arm's runs are grouped and compared in (default its `cell`; notebook 15: the cell
+    at its budget). A study module's `study(...)` builds it (recipes, roles, budgets)."""
+
+    notebook: str
+    arms: tuple
+    comparisons: tuple
+    cell_of: Callable | None = None
+
+    def configs(self) -> list:
+        """Every arm's Config, in the arms' order (what `run_many` trains or loads)."""
+        return [a.cfg for a in self.arms]
+
+    def runs(self, hists) -> "pd.DataFrame":  # noqa: F821 - pandas
+        """The per-seed table of `hists` (the Histories of `configs()`, in order): every run's settings and measures
+        (`tables.summarise`), its cell and its arm, the columns the comparisons pair on."""
+        from .tables import summarise
+
+        hists = list(hists)
+        if len(hists) != len(self.arms):
+            raise ValueError(f"hists must hold one History per arm ({len(self.arms)}); got {len(hists)}")
+        runs = summarise(self.configs(), hists)
+        cell_of = self.cell_of or (lambda arm: arm.cell)
+        runs["cell"], runs["arm"] = [cell_of(a) for a in self.arms], [a.arm for a in self.arms]
+        return runs
+
+    def verdicts(self, stats, measure: str = "late_acc", rows=None) -> "pd.DataFrame":  # noqa: F821 - pandas
+        """The verdict table of `rows` (default every comparison of the study) on `measure`: each paired by seed in
+        `stats` (`tables.mean_std` over cell and arm), then Holm over the table (`tables.verdict_table`)."""
+        from .tables import compare, verdict_table
+
+        chosen = self.comparisons if rows is None else rows
+        return verdict_table([(c.claim, c.label, compare(stats, (c.cell, c.a), (c.cell, c.b), measure))
+                              for c in chosen], measure=measure)
 
 
 def arm_label(method: str, fraction: float | None, lr: float) -> str:
