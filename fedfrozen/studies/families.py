@@ -37,9 +37,9 @@ from ..engine.config import Config
 from .controls import Arm, arms_of
 from .profiles import REGIME_LR_GRID, among, dirichlet_fields, regime_learning_rates, regime_setup, select
 from .selection import selection_t0
-from .study import SELECTION_SEED, Comparison, against_fedavg, selected_rates
+from .study import SELECTION_SEED, Comparison, Study, against_fedavg, selected_rates
 
-__all__ = ["MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "model_fields", "selection_configs",
+__all__ = ["study", "MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "model_fields", "selection_configs",
            "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
 
 # the models of notebook 12 at the cpu profile (28×28, one channel) and at the smoke profile's digits (8×8)
@@ -209,3 +209,12 @@ def comparisons(arms: list[Arm]) -> list[Comparison]:
 def best_t0(stats_means: dict) -> str:
     """The arm with the highest mean among {arm label: mean late accuracy} (FedAvg included: 'never')."""
     return max(stats_means, key=lambda k: (stats_means[k], k))
+
+
+def study(profile: str, base: dict, rates: dict, seeds=range(5), seeds_c1=range(15), seeds_large=range(5),
+          alphas=(0.1, 0.5), cells=("linear", "swin", "cait", "vit", "clients"),
+          feature_map: str | None = None) -> Study:
+    """Notebook 12's study: `build`'s arms and their `comparisons`."""
+    arms = build(profile, base, rates, seeds=seeds, seeds_c1=seeds_c1, seeds_large=seeds_large, alphas=alphas,
+                 cells=cells, feature_map=feature_map)
+    return Study("12", tuple(arms), tuple(comparisons(arms)))
