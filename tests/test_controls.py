@@ -110,3 +110,19 @@ def test_a_comparison_is_data_and_its_label_is_written_in_one_place():
     assert [(r.cell, r.a, r.b) for r in got] == [("x", "fedfrozen T0 25% @ 0.001", "fedavg @ 0.001"),
                                                   ("x", "fedfrozen T0 50% @ 0.001", "fedavg @ 0.001")]
     assert [r.cell for r in study.against_fedavg(arms, cell_of=lambda a: "one")] == ["one"] * 2  # cells merged
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu"])
+def test_the_shared_rate_rows_are_the_constant_cells_pairs_at_one_rate(profile):
+    """Notebook 03 judges C1's stability on these: every constant cell's FedFrozen − FedAvg at a rate both arms ran,
+    in the comparisons' order, and none of the each-at-its-selected-rate rows."""
+    arms = controls.build(profile, ff.profiles.federated(profile))
+    rows = controls.comparisons(arms)
+    shared = controls.shared_rate_rows(arms)
+    cfg = {(a.cell, a.arm): a.cfg for a in arms}
+    assert shared == [r for r in rows if r in shared]  # a subsequence, in order
+    assert len(shared) == 8  # two constant cells (Dir 0.1, 0.05) x two rates x T0 25% and 50%
+    for r in shared:
+        assert cfg[(r.cell, r.a)].lr == cfg[(r.cell, r.b)].lr and cfg[(r.cell, r.b)].method == "fedavg"
+    study = controls.study(profile, ff.profiles.federated(profile))
+    assert list(study.arms) == arms and list(study.comparisons) == rows

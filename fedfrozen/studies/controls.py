@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 from ..engine.config import Config
 from .profiles import among, dirichlet_fields, regime_learning_rates, regime_setup, seed_lists, select
-from .study import Comparison, arm_label, fedfrozen_vs_fedavg, t0
+from .study import Comparison, Study, arm_label, fedfrozen_vs_fedavg, t0
 
-__all__ = ["Arm", "arms_of", "RATES", "CONSTANT_RATES", "CELLS", "build", "comparisons", "rate_rows", "arm_label",
-           "profile_seeds"]
+__all__ = ["Arm", "arms_of", "RATES", "CONSTANT_RATES", "CELLS", "build", "study", "comparisons", "shared_rate_rows",
+           "rate_rows", "arm_label", "profile_seeds"]
 
 CONSTANT_RATES = (1e-3, 3e-3)  # the rates selected for FedAvg and for FedFrozen at a constant rate (REGIME_LR)
 RATES = (1e-3, 3e-3, 1e-2)  # the `rates` cell: REGIME_LR_GRID's rates around the pretrained regime's choice
@@ -114,13 +114,14 @@ def build(profile: str, base: dict, seeds=range(15), few=range(5), alpha: float 
     return out
 
 
-def comparisons(arms: list[Arm]) -> list[tuple]:
+def comparisons(arms: list[Arm]) -> list[Comparison]:
     """The comparisons of the built cells, (claim, label, cell, arm a, arm b): a minus b paired by seed.
 
     constant: each FedFrozen T0 against FedAvg at each shared rate (C1 for T0 25%, C2 for 50%), and at each arm's
     selected rate (FedFrozen 3e-3 against FedAvg 1e-3: the comparison of notebooks 03 and 04, now on runs of one
     machine); bodies and classes: FedFrozen T0 25% (C1) and 0 (C2) against FedAvg, and the probe against FedAvg
-    (C4: the whole body frozen); local5: the pair. The `rates` cell is its own table (`rate_rows`)."""
+    (C4: the whole body frozen); local5: the pair. The `rates` cell is its own table (`rate_rows`); the constant
+    cells' pairs at a shared rate are also `shared_rate_rows`."""
     have = {(a.cell, a.arm) for a in arms}
     rows = []
 
@@ -129,11 +130,9 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
             rows.append(Comparison(claim, label, cell, a, b))
 
     for cell in dict.fromkeys(a.cell for a in arms):
-        kind = cell.split(",")[0]
+        kind = _kind(cell)
         if kind == "constant":
-            for lr in CONSTANT_RATES:
-                for f in (0.25, 0.5):
-                    add(*fedfrozen_vs_fedavg(cell, f, lr))
+            rows += _shared_rate(cell, have)
             for f, claim in ((0.25, "C1"), (0.5, "C2")):
                 add(claim, f"FedFrozen T0 {f:.0%} at {CONSTANT_RATES[1]:g} − FedAvg at {CONSTANT_RATES[0]:g} "
                     f"(each its selected rate), {cell}", cell, arm_label("fedfrozen", f, CONSTANT_RATES[1]),
@@ -151,6 +150,25 @@ def comparisons(arms: list[Arm]) -> list[tuple]:
     return rows
 
 
+def _shared_rate(cell: str, have: set) -> list[Comparison]:
+    """A constant cell's FedFrozen (T0 25%, 50%) − FedAvg rows at each shared rate, where both arms were built."""
+    rows = [fedfrozen_vs_fedavg(cell, f, lr) for lr in CONSTANT_RATES for f in (0.25, 0.5)]
+    return [r for r in rows if (cell, r.a) in have and (cell, r.b) in have]
+
+
+def shared_rate_rows(arms: list[Arm]) -> list[Comparison]:
+    """The rows of `comparisons` that pair FedFrozen with FedAvg at one shared rate in a constant cell, in their
+    order: where the rate stays up, notebook 03 judges C1's stability (oscillation) on them too."""
+    have = {(a.cell, a.arm) for a in arms}
+    return [r for cell in dict.fromkeys(a.cell for a in arms) if _kind(cell) == "constant"
+            for r in _shared_rate(cell, have)]
+
+
+def _kind(cell: str) -> str:
+    """The kind of a cell this module built and named ("constant, Dir 0.1" -> "constant")."""
+    return cell.split(",")[0]
+
+
 def rate_rows(arms: list[Arm]) -> list[tuple]:
     """The `rates` cell's comparisons: FedFrozen T0 25% − FedAvg at each rate (claim, label, cell, a, b)."""
     rows = []
@@ -165,3 +183,11 @@ def profile_seeds(profile: str, seeds, few, smoke_seeds):
     """The seeds of the main and the few-seed cells at a profile (smoke: `smoke_seeds` for both)."""
     return select(profile, smoke=(list(smoke_seeds), list(smoke_seeds)), cpu=(list(seeds), list(few)),
                   paper=(list(seeds), list(few)))
+
+
+def study(profile: str, base: dict, seeds=range(15), few=range(5), alpha: float = 0.1, few_alphas=(0.05,),
+          cells=CELLS) -> Study:
+    """Notebook 03 § 3's study: `build`'s arms and their `comparisons` (the `rates` cell's are `rate_rows`, a family
+    of their own)."""
+    arms = build(profile, base, seeds=seeds, few=few, alpha=alpha, few_alphas=few_alphas, cells=cells)
+    return Study("03_controls", tuple(arms), tuple(comparisons(arms)))

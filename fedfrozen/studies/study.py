@@ -59,15 +59,16 @@ class Study:
         """Every arm's Config, in the arms' order (what `run_many` trains or loads)."""
         return [a.cfg for a in self.arms]
 
-    def runs(self, hists) -> "pd.DataFrame":  # noqa: F821 - pandas
+    def runs(self, hists, **summary) -> "pd.DataFrame":  # noqa: F821 - pandas
         """The per-seed table of `hists` (the Histories of `configs()`, in order): every run's settings and measures
-        (`tables.summarise`), its cell and its arm, the columns the comparisons pair on."""
+        (`tables.summarise`, with `summary`'s arguments: target=...), its cell and its arm, the columns the
+        comparisons pair on."""
         from .tables import summarise
 
         hists = list(hists)
         if len(hists) != len(self.arms):
             raise ValueError(f"hists must hold one History per arm ({len(self.arms)}); got {len(hists)}")
-        runs = summarise(self.configs(), hists)
+        runs = summarise(self.configs(), hists, **summary)
         cell_of = self.cell_of or (lambda arm: arm.cell)
         runs["cell"], runs["arm"] = [cell_of(a) for a in self.arms], [a.arm for a in self.arms]
         return runs
