@@ -39,8 +39,8 @@ from .profiles import REGIME_LR_GRID, among, dirichlet_fields, regime_learning_r
 from .selection import selection_t0
 from .study import SELECTION_SEED, Comparison, Study, against_fedavg, selected_rates
 
-__all__ = ["study", "MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS", "model_fields", "selection_configs",
-           "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
+__all__ = ["study", "client_counts", "clients_cell", "MODELS", "SMOKE_MODELS", "SELECTION_SEED", "CLIENT_COUNTS",
+           "model_fields", "selection_configs", "trains_stably", "rates_by_rule", "build", "comparisons", "best_t0"]
 
 # the models of notebook 12 at the cpu profile (28×28, one channel) and at the smoke profile's digits (8×8)
 MODELS = {
@@ -192,12 +192,22 @@ def build(profile: str, base: dict, rates: dict, seeds=range(5), seeds_c1=range(
         fields = {**_start(profile, base, "vit", None), **LARGE}
         if select(profile, smoke=True, cpu=False, paper=False):  # digits: 1,000 images, 10 and 100 clients
             fields.update(rounds=4, local_steps=2)
-        counts = select(profile, smoke=(10, 100), cpu=CLIENT_COUNTS, paper=CLIENT_COUNTS)
+        counts = client_counts(profile)
         for n in counts:
             f = {**fields, "n_clients": n}
-            out += arms_of(f"{n} clients, Dir 0.1", f, 0.1, seeds_large, _pairs([pretrained_lr], (0.25, 0.5)),
+            out += arms_of(clients_cell(n), f, 0.1, seeds_large, _pairs([pretrained_lr], (0.25, 0.5)),
                            f["rounds"], model="vit", bodies=True)
     return out
+
+
+def client_counts(profile: str) -> tuple:
+    """The federation sizes of the `clients` cells at `profile` (CLIENT_COUNTS; the smoke profile's digits: 10, 100)."""
+    return select(profile, smoke=(10, 100), cpu=CLIENT_COUNTS, paper=CLIENT_COUNTS)
+
+
+def clients_cell(n: int) -> str:
+    """The name of the `clients` cell of `n` clients (as `build` names it)."""
+    return f"{n} clients, Dir 0.1"
 
 
 def comparisons(arms: list[Arm]) -> list[Comparison]:
