@@ -117,8 +117,8 @@ def test_an_arms_configs_are_its_runs_in_its_notebooks_tables():
         report.arm_configs(quote, "c")
 
 
-PARSING = re.compile(r"""\[["'](comparison|arm)["']\]\.str\.|\.split\(["'](T0 | @ )|lab\.startswith\(|"""
-                     r"""comparison["']\]\s*==|\.comparison\s*==""")
+PARSING = re.compile(r"""\[["'](comparison|arm|cell)["']\]\.str\.|\.split\(["'](T0 | @ )|lab\.startswith\(|"""
+                     r"""comparison["']\]\s*==|\.comparison\s*==|\.cell\.startswith\(|["'] in lab\b""")
 
 
 def test_no_code_selects_or_decodes_rows_by_their_labels():
@@ -135,4 +135,6 @@ def test_no_code_selects_or_decodes_rows_by_their_labels():
             if cell.cell_type == "code":
                 found += [(path.name, m.group(0)) for m in PARSING.finditer(cell.source)]
     assert not found, found
-    assert PARSING.search('v["comparison"].str.contains("x")') and PARSING.search('arm.split("T0 ")[1]')
+    for parsed in ('v["comparison"].str.contains("x")', 'arm.split("T0 ")[1]', 'runs["cell"].str.contains("c")',
+                   'a.cell.startswith("rates")', 'if "both at" in lab'):
+        assert PARSING.search(parsed), parsed

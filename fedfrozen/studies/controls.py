@@ -172,7 +172,7 @@ def _kind(cell: str) -> str:
 def rate_rows(arms: list[Arm]) -> list[tuple]:
     """The `rates` cell's comparisons: FedFrozen T0 25% − FedAvg at each rate (claim, label, cell, a, b)."""
     rows = []
-    for cell in dict.fromkeys(a.cell for a in arms if a.cell.startswith("rates")):
+    for cell in dict.fromkeys(a.cell for a in arms if _kind(a.cell) == "rates"):
         for lr in sorted({a.cfg.lr for a in arms if a.cell == cell}):
             rows.append(Comparison("C1", f"FedFrozen T0 25% − FedAvg, both at {lr:g}, pretrained (a body per seed)",
                                    cell, arm_label("fedfrozen", 0.25, lr), arm_label("fedavg", None, lr)))
