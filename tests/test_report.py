@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def family() -> pd.DataFrame:
-    return pd.read_csv(ROOT / "figures" / "readme_verdicts.csv", index_col=0)
+    return pd.read_csv(ROOT / "figures" / "readme_verdicts.csv", index_col=0, dtype={"source": str})
 
 
 def test_every_quote_names_exactly_one_row_of_the_family(family):
@@ -138,3 +138,37 @@ def test_no_code_selects_or_decodes_rows_by_their_labels():
     for parsed in ('v["comparison"].str.contains("x")', 'arm.split("T0 ")[1]', 'runs["cell"].str.contains("c")',
                    'a.cell.startswith("rates")', 'if "both at" in lab'):
         assert PARSING.search(parsed), parsed
+
+
+def test_a_study_declared_end_to_end_reaches_the_family_and_the_rendered_tables(tmp_path, monkeypatch):
+    """A new study, declared (ff.study.Study: its arms and comparisons), run, judged and saved as a notebook saves
+    it; its table declared one of the family's (NOTEBOOKS) and a Row quoting its comparison by its data: `fedfrozen
+    report` (report.write) puts the comparison in the family table and the rendered verdict table, no other edit."""
+    import fedfrozen as ff
+    from fedfrozen.studies import study
+
+    monkeypatch.setenv("FEDFROZEN_FIGURES", str(tmp_path / "figures"))
+    tiny = dict(dataset="digits", model="vit_digits", model_kwargs=dict(embed_dim=16, depth=1, num_heads=2),
+                n_clients=4, clients_per_round=2, rounds=3, local_steps=1, local_epochs=None, batch_size=16,
+                eval_every=1, warmup_rounds=1, lr=1e-3)
+    arms = tuple(ff.controls.Arm("tiny", study.arm_label(m, f, 1e-3), ff.Config(method=m, seed=s, **tiny),
+                                 fraction=f) for m, f in (("fedavg", None), ("fedfrozen", 0.25)) for s in range(3))
+    declared = study.Study("98", arms, tuple(study.against_fedavg(arms)))
+    hists = ff.run_many(declared.configs(), root=tmp_path / "results", experiment="digits", workers=1,
+                        progress=False)
+    runs = declared.runs(hists)
+    stats = ff.tables.mean_std(runs, ["cell", "arm"], ["late_acc"])
+    ff.plots.save_table(declared.verdicts(stats, "late_acc"), "98_verdicts", "smoke")
+    ff.plots.save_per_seed(ff.tables.per_seed(runs), "98", "smoke")
+
+    monkeypatch.setattr(report, "NOTEBOOKS", ("98",))
+    row = report.Row("C1", "a tiny federation", [
+        report.cell("98", "tiny", ("fedfrozen", 0.25, 1e-3), ("fedavg", None, 1e-3), "accuracy")])
+    monkeypatch.setattr(report, "ROWS", [row])
+    family = report.write("smoke")
+    written = pd.read_csv(tmp_path / "figures" / "readme_verdicts.csv", index_col=0, dtype={"source": str})
+    assert len(family) == len(written) == 1 and written["source"].tolist() == ["98"]
+    assert written["comparison"].tolist() == [declared.comparisons[0].label]
+    (line,) = [x for x in report.verdict_table(family).splitlines() if "a tiny federation" in x]
+    assert f"({int(written['n'].iloc[0])})" in line and "accuracy d = " in line
+    assert (tmp_path / "figures" / "headline.png").exists()

@@ -357,7 +357,7 @@ def lookup(df: pd.DataFrame, quote: Quote):
     """The family's row of `quote` (a row of `family(...)`): the one read from `quote.source` on `quote.measure`
     whose arms' grouping values are `quote.a` and `quote.b`. A KeyError names the quote where none or several
     match."""
-    found = [r for r in df.itertuples(index=False) if r.source == quote.source and r.measure == quote.measure
+    found = [r for r in df.itertuples(index=False) if str(r.source) == quote.source and r.measure == quote.measure
              and dict(zip(json.loads(r.by), json.loads(r.a))) == quote.a
              and dict(zip(json.loads(r.by), json.loads(r.b))) == quote.b]
     if len(found) != 1:
