@@ -39,8 +39,8 @@ MODULES = {
     "engine": ("config", "checkpoint", "pretrain", "local", "batched", "setup", "messages", "metrics", "clients",
                "server", "round", "loop"),
     "runs": ("cluster", "experiments", "archive", "dryrun", "timing"),
-    "studies": ("profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study", "controls",
-                "regime", "families", "recipes", "roles", "report", "budgets", "verification"),
+    "studies": ("profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study",
+                "controls", "paper", "regime", "families", "recipes", "roles", "report", "budgets", "verification"),
 }
 _LAYER_OF = {m: layer for layer, names in MODULES.items() for m in names}
 

@@ -30,7 +30,7 @@ def differing(x, y) -> set:
 
 @pytest.mark.parametrize("row", controls.comparisons(ARMS) + controls.rate_rows(ARMS), ids=lambda r: r[1])
 def test_each_comparison_pairs_arms_that_differ_in_what_its_label_names(row):
-    _, label, cell, a, b = row
+    _, label, cell, a, b, _ = row
     ca, cb = configs(cell, a), configs(cell, b)
     assert ca and set(ca) == set(cb)  # the same seeds in both arms
     # the method and its freezing round (FedAvg carries the profile's T0, which it ignores); the rate only where the
@@ -87,14 +87,14 @@ def test_the_paper_profile_leaves_the_pretrained_cells_out():
 
 
 def test_a_comparison_is_data_and_its_label_is_written_in_one_place():
-    """study.Comparison unpacks as (claim, label, cell, a, b); every study's FedFrozen − FedAvg label comes from
-    `study.fedfrozen_vs_fedavg` (controls' constant cells, notebooks 12-15), and `against_fedavg` pairs only arms
+    """study.Comparison unpacks as (claim, label, cell, a, b, measure); every study's FedFrozen − FedAvg label comes
+    from `study.fedfrozen_vs_fedavg` (controls' constant cells, notebooks 12-15), and `against_fedavg` pairs only arms
     that were built."""
     from fedfrozen.studies import study
 
     row = study.fedfrozen_vs_fedavg("sgd", 0.5, 0.3)
-    claim, label, cell, a, b = row
-    assert (claim, cell, a, b) == ("C2", "sgd", "fedfrozen T0 50% @ 0.3", "fedavg @ 0.3")
+    claim, label, cell, a, b, measure = row
+    assert (claim, cell, a, b, measure) == ("C2", "sgd", "fedfrozen T0 50% @ 0.3", "fedavg @ 0.3", "late_acc")
     assert row.label == label and all(part in label for part in ("FedFrozen T0 50%", "FedAvg", "0.3", "sgd"))
     assert study.fedfrozen_vs_fedavg("x", 0.25, 1e-3).claim == "C1"
     assert study.t0(120, 0.25) == 30 and study.t0(100, 0.5) == 50 and study.t0(3, 0.25) == 1

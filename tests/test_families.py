@@ -27,7 +27,7 @@ def test_paired_arms_differ_only_in_the_freezing(arms):
     by = {(a.cell, a.arm, a.cfg.seed): a.cfg for a in arms}
     rows = families.comparisons(arms)
     assert rows
-    for _, label, cell, a, b in rows:
+    for _, label, cell, a, b, _ in rows:
         seeds = [s for (c, arm, s) in by if c == cell and arm == a]
         assert seeds
         for s in seeds:

@@ -61,7 +61,7 @@ def test_every_comparison_pairs_arms_that_differ_in_one_thing():
     rows = roles.comparisons(arms)
     assert [r[0] for r in rows].count("C1") == 3  # scratch at one rate, pretrained at two
     assert [r[0] for r in rows].count("C3") == 3 and [r[0] for r in rows].count("C2") == 6
-    for claim, label, cell, a, b in rows:
+    for claim, label, cell, a, b, _ in rows:
         pairs = [(by[(cell, a, s)], by[(cell, b, s)]) for (c, arm, s) in by if c == cell and arm == a]
         assert pairs, label
         for x, y in pairs:

@@ -34,8 +34,8 @@ LAYERS = [
      ["cluster", "experiments", "archive", "dryrun", "timing"]),
     ("flower apps", "flower", None),
     ("the studies behind the notebooks", "studies",
-     ["profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study", "controls", "regime",
-      "families", "recipes", "roles", "report", "budgets", "verification"]),
+     ["profiles", "verdicts", "plots", "measures", "convergence", "tables", "selection", "study", "controls", "paper",
+      "regime", "families", "recipes", "roles", "report", "budgets", "verification"]),
     ("command line", "cli", None),
     ("entry point", "__main__", None),
 ]

@@ -20,7 +20,7 @@ doubling criterion, ff.convergence.doubling), and the seeds. The 1x runs are the
 they load from the cache), so a longer budget is the 1x Config with `rounds` and T0 scaled.
 
     arms = budgets.build(profile, image_base, text_base, rates)      # [Arm(cell, arm, cfg, model, fraction), ...]
-    rows = budgets.comparisons(arms)                                 # [Comparison(claim, label, cell, a, b)]
+    rows = budgets.comparisons(arms)                                 # [Comparison(claim, label, cell, a, b, measure)]
 """
 
 from __future__ import annotations

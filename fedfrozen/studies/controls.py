@@ -17,7 +17,7 @@ time"):
 - `local5`: five local epochs from scratch (the rates of the scratch regime), the pair at 15 seeds.
 
     arms = controls.build(profile, base, seeds=range(15), few=range(5))   # [Arm(cell, arm, cfg), ...]
-    rows = controls.comparisons(arms)                                     # [(claim, label, cell, a, b), ...]
+    rows = controls.comparisons(arms)                       # [Comparison(claim, label, cell, a, b, measure), ...]
 
 Every arm of a cell shares the cell's seeds, its data, partition and start, so paired by seed the two arms of a
 comparison differ in the one setting their labels name (tests/test_controls.py).

@@ -28,7 +28,7 @@ differs.
 
     rates, feature_map, table = families.rates_by_rule(profile, base, ["linear", "swin", "cait"])  # seed 100
     arms = families.build(profile, base, rates, seeds=..., ...)    # [Arm(cell, arm, cfg, model), ...]
-    rows = families.comparisons(arms)                              # [Comparison(claim, label, cell, a, b), ...]
+    rows = families.comparisons(arms)                       # [Comparison(claim, label, cell, a, b, measure), ...]
 """
 
 from __future__ import annotations

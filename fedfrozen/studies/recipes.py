@@ -29,7 +29,7 @@ FedFrozen at T0 = 25% of the rounds is C1's arm (on `seeds_pair`); T0 = 0 and 50
 
     rates, table = recipes.rates_by_rule(profile, base, ["sgd", "p4"])     # the rule, seed 100
     arms = recipes.build(profile, base, rates, seeds_pair=range(15), seeds_rest=range(5))
-    rows = recipes.comparisons(arms)                                      # [Comparison(claim, label, cell, a, b)]
+    rows = recipes.comparisons(arms)                        # [Comparison(claim, label, cell, a, b, measure)]
 """
 
 from __future__ import annotations

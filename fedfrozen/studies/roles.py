@@ -28,7 +28,7 @@ two choose differently every arm runs at both rates, each comparison at a shared
     base = roles.fields(profile, data_root)                          # the federation of the profile
     rates, table = roles.rates_by_rule(profile, base, roles.INITS)   # the rule, seeds 100-102
     arms = roles.build(profile, base, rates, seeds_pair=range(15), seeds_rest=range(5))
-    rows = roles.comparisons(arms)                                   # [Comparison(claim, label, cell, a, b)]
+    rows = roles.comparisons(arms)                                   # [Comparison(claim, label, cell, a, b, measure)]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ by their data, `report.Quote`).
     runs = s.runs(hists)                      # the per-seed table: every run's settings, its cell and arm
     verdicts = s.verdicts(ff.tables.mean_std(runs, ["cell", "arm"], [...]), "late_acc")
     rows = study.against_fedavg(arms)     # each FedFrozen arm against FedAvg of its cell at the same rate
-    for claim, label, cell, a, b in rows: ...               # a Comparison is a named tuple of these five
+    for claim, label, cell, a, b, measure in rows: ...      # a Comparison is a named tuple of these six
     rates, table = study.cells_by_rule({cell: its selection configs, ...}, experiment)   # the one rate rule
 
 The rate rule (fedfrozen.studies.selection.RULE) is a parameter of a study as its selection configs: each cell's
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["SELECTION_SEED", "Study", "Comparison", "arm_label", "t0", "fedfrozen_vs_fedavg", "against_fedavg",
-           "selected_rates", "cells_by_rule"]
+__all__ = ["SELECTION_SEED", "Study", "Comparison", "key", "judge", "arm_label", "t0", "fedfrozen_vs_fedavg",
+           "against_fedavg", "selected_rates", "cells_by_rule"]
 
 
 SELECTION_SEED = 100  # the rule's held-out seed (notebooks 12, 13, 15; 14 reads it with 101 and 102): no comparison
@@ -33,14 +33,36 @@ SELECTION_SEED = 100  # the rule's held-out seed (notebooks 12, 13, 15; 14 reads
 
 
 class Comparison(NamedTuple):
-    """Arm `a` minus arm `b` of cell `cell`, paired by seed, as a test of `claim` ("C1"..."C4"); `a` and `b` are the
-    arms' labels (`arm_label`), `label` the comparison's, generated (`fedfrozen_vs_fedavg`)."""
+    """Arm `a` minus arm `b` of cell `cell` on `measure`, paired by seed, as a test of `claim` ("C1"..."C4"); `a`
+    and `b` are the arms' labels (`arm_label`), `label` the comparison's, generated (`fedfrozen_vs_fedavg`). In a
+    study whose per-seed table groups by its own columns (`Study.by`), the cell and the arms are those columns'
+    values: a value each, or a tuple of several (`key`)."""
 
     claim: str
     label: str
     cell: str
     a: str
     b: str
+    measure: str = "late_acc"
+
+
+def key(cell, arm) -> tuple:
+    """The row of a study's `mean_std` table (grouped by `Study.by`) that holds `arm` of `cell`: the cell's values,
+    then the arm's (each a value, or a tuple of values)."""
+    return (*(cell if isinstance(cell, tuple) else (cell,)), *(arm if isinstance(arm, tuple) else (arm,)))
+
+
+def judge(stats, comparisons, measure: str | None = None) -> "pd.DataFrame":  # noqa: F821 - pandas
+    """The verdict table of `comparisons`: each arm a minus arm b of its cell, paired by seed in `stats` (a
+    `tables.mean_std` table grouped by the study's `by`) on its own measure (or on `measure` where given), then Holm
+    over the table's rows (`tables.verdict_table`)."""
+    from .tables import compare, verdict_table
+
+    rows = []
+    for c in comparisons:
+        m = measure or c.measure
+        rows.append((c.claim, c.label, compare(stats, key(c.cell, c.a), key(c.cell, c.b), m), m))
+    return verdict_table(rows)
 
 
 @dataclass(frozen=True)
@@ -48,12 +70,15 @@ class Study:
     """One notebook's study, declared: its arms (cells × arms × seeds: one `controls.Arm` per cell, arm and seed,
     its Config whole) and its comparisons (`Comparison`s of two arms of one cell, a minus b paired by seed).
     `cell_of(arm)` is the cell an arm's runs are grouped and compared in (default its `cell`; notebook 15: the cell
-    at its budget). A study module's `study(...)` builds it (recipes, roles, budgets)."""
+    at its budget). `by` names the per-seed table's columns the cell's values and then the arm's are written to
+    (default "cell" and "arm"; notebooks 04-06 keep their own: "regime", "alpha", "value_l2"). A study module's
+    `study(...)` builds it (recipes, roles, budgets, sweeps)."""
 
     notebook: str
     arms: tuple
     comparisons: tuple
     cell_of: Callable | None = None
+    by: tuple = ("cell", "arm")
 
     def configs(self) -> list:
         """Every arm's Config, in the arms' order (what `run_many` trains or loads)."""
@@ -61,26 +86,28 @@ class Study:
 
     def runs(self, hists, **summary) -> "pd.DataFrame":  # noqa: F821 - pandas
         """The per-seed table of `hists` (the Histories of `configs()`, in order): every run's settings and measures
-        (`tables.summarise`, with `summary`'s arguments: target=...), its cell and its arm, the columns the
-        comparisons pair on."""
+        (`tables.summarise`, with `summary`'s arguments: target=...), its cell and its arm (the columns of `by`),
+        the columns the comparisons pair on."""
         from .tables import summarise
 
         hists = list(hists)
         if len(hists) != len(self.arms):
             raise ValueError(f"hists must hold one History per arm ({len(self.arms)}); got {len(hists)}")
-        runs = summarise(self.configs(), hists, **summary)
         cell_of = self.cell_of or (lambda arm: arm.cell)
-        runs["cell"], runs["arm"] = [cell_of(a) for a in self.arms], [a.arm for a in self.arms]
+        keys = [key(cell_of(a), a.arm) for a in self.arms]
+        if any(len(k) != len(self.by) for k in keys):
+            raise ValueError(f"each arm's cell and arm must give one value per column of by {self.by}; got "
+                             f"{next(k for k in keys if len(k) != len(self.by))}")
+        runs = summarise(self.configs(), hists, **summary)
+        for j, column in enumerate(self.by):
+            runs[column] = [k[j] for k in keys]
         return runs
 
-    def verdicts(self, stats, measure: str = "late_acc", rows=None) -> "pd.DataFrame":  # noqa: F821 - pandas
-        """The verdict table of `rows` (default every comparison of the study) on `measure`: each paired by seed in
-        `stats` (`tables.mean_std` over cell and arm), then Holm over the table (`tables.verdict_table`)."""
-        from .tables import compare, verdict_table
-
-        chosen = self.comparisons if rows is None else rows
-        return verdict_table([(c.claim, c.label, compare(stats, (c.cell, c.a), (c.cell, c.b), measure))
-                              for c in chosen], measure=measure)
+    def verdicts(self, stats, measure: str | None = None, rows=None) -> "pd.DataFrame":  # noqa: F821 - pandas
+        """The verdict table of `rows` (default every comparison of the study), each on its own measure or on
+        `measure` where given: paired by seed in `stats` (`tables.mean_std` over `by`), then Holm over the table
+        (`judge`)."""
+        return judge(stats, self.comparisons if rows is None else rows, measure)
 
 
 def arm_label(method: str, fraction: float | None, lr: float) -> str:
