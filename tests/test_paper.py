@@ -1,7 +1,7 @@
-"""ff.paper: notebooks 04-06 declared as studies. At the cpu profile each declares exactly the committed runs, in
-their order, and its comparisons give the committed verdict tables again from the committed per-seed tables; the
-declarations follow their rules (FedAvg at T0 = T, each λ against 0, each method against FedAvg) and refuse a sweep
-without its reference arm."""
+"""ff.paper: notebooks 03 (§§ 1-2) and 04-06 declared as studies. At the cpu profile each declares exactly the
+committed runs, in their order, and its comparisons give the committed verdict tables again from the committed
+per-seed tables; the declarations follow their rules (FedAvg at T0 = T, each λ against 0, each method against
+FedAvg) and refuse a sweep without its reference arm."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from fedfrozen.studies import paper, study
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
-NOTEBOOKS = {"04": "04_warmup_sweep.ipynb", "05": "05_value_l2.ipynb", "06": "06_component_drift.ipynb"}
+NOTEBOOKS = {"03": "03_main_results.ipynb", "04": "04_warmup_sweep.ipynb",
+             "05": "05_value_l2.ipynb", "06": "06_component_drift.ipynb"}
 
 
 def defaults(nb: str) -> dict:
@@ -28,9 +29,10 @@ def defaults(nb: str) -> dict:
     out = {}
     for node in ast.parse(cell.source).body:
         if isinstance(node, ast.AnnAssign) and node.value is not None:
-            try:
-                out[node.target.id] = ast.literal_eval(node.value)
-            except ValueError:  # profile: read from the environment
+            try:  # literals, and list(range(n))
+                out[node.target.id] = eval(compile(ast.Expression(node.value), "<parameters>", "eval"),
+                                           {"__builtins__": {}, "list": list, "range": range})
+            except NameError:  # profile: read from the environment
                 pass
     return out
 
@@ -38,6 +40,11 @@ def defaults(nb: str) -> dict:
 def cpu_study(nb: str, profile: str = "cpu") -> study.Study:
     p = defaults(nb)
     base = ff.profiles.federated(profile, rounds=p["rounds"], warmup_rounds=p["warmup_rounds"])
+    if nb == "03":
+        regimes = ff.profiles.select(profile, smoke=p["regimes"], cpu=p["regimes"],
+                                     paper=[r for r in p["regimes"] if "pretrained" not in r] or ["constant"])
+        return paper.main_results(profile, base, p["methods"], p["partitions"], p["baseline_partitions"], p["seeds"],
+                                  p["lrs"], regimes, p["regime_alpha"], p["regime_seeds"], p["regime_n_seeds"])
     if nb == "04":
         return paper.warmup(profile, base, p["fractions"], p["alphas"], p["seeds"], p["regime_cells"],
                             p["regime_fractions"], p["lrs"])
@@ -130,3 +137,20 @@ def test_a_study_by_its_own_columns_writes_them_and_judges_each_comparison_on_it
     assert table["d"].iloc[1] == pytest.approx(by_hand.diff, abs=1e-9)
     with pytest.raises(ValueError, match="by"):
         study.Study("99", arms, rows, by=("regime", "value_l2")).runs([None] * 6)
+
+
+def test_the_main_table_runs_the_baselines_at_their_levels_and_compares_each_with_its_own_fedavg():
+    base = ff.profiles.federated("smoke")
+    s = paper.main_results("smoke", base, ["fedavg", "fedfrozen", "fedprox", "fedavg:sgd", "scaffold:sgd"],
+                           ["iid", "dirichlet:0.1"], ["dirichlet:0.1"], [0], regimes=["constant"])
+    assert {a.arm for a in s.arms if a.cell == "iid"} == set(paper.CORE)  # the baselines at their levels only
+    sgd = [a.cfg for a in s.arms if a.arm == "scaffold:sgd"]
+    assert sgd and all(c.method == "scaffold" and c.optimizer == "sgd" for c in sgd)
+    pairs = {(c.cell, c.a, c.b) for c in s.comparisons if c.measure == "late_acc"}
+    assert ("dirichlet:0.1", "fedprox", "fedavg") in pairs and ("dirichlet:0.1", "fedfrozen", "fedprox") in pairs
+    assert ("dirichlet:0.1", "scaffold:sgd", "fedavg:sgd") in pairs  # an SGD arm against FedAvg on SGD, never AdamW's
+    assert not any(c.a == "scaffold:sgd" and c.b == "fedavg" for c in s.comparisons)
+    regime = [a for a in s.arms if a.arm == paper.regime_arm("fedfrozen", "constant")]
+    assert regime and all(a.cell == "dirichlet:0.1" and a.cfg.lr_schedule == "constant" for a in regime)
+    with pytest.raises(ValueError, match="methods"):
+        paper.main_results("smoke", base, ["fedavg"], ["iid"], [], [0])

@@ -1,9 +1,11 @@
-"""The paper's own tables as studies: the T0 sweep (notebook 04), the value penalty (05) and the frozen components
-(06), each in the scratch cells of its Dirichlet levels and again in the regimes of its section 2.
+"""The paper's own tables as studies: the main table (notebook 03 §§ 1-2), the T0 sweep (04), the value penalty (05)
+and the frozen components (06), each in the scratch cells of its Dirichlet levels and again in the regimes of its
+section 2.
 
 Each is a `study.Study` whose per-seed table groups by the notebook's own columns (`Study.by`), the columns its
 committed tables have always had: a cell is the values the arms share, an arm the value the sweep moves.
 
+    s = paper.main_results(profile, base, methods, partitions, baseline_partitions, seeds, lrs, regimes)   # 03
     s = paper.warmup(profile, base, fractions, alphas, seeds, regime_cells, regime_fractions, lrs)  # notebook 04
     s = paper.value_penalty(profile, base, lams, alphas, seeds, regimes, regime_alpha, lrs)           # notebook 05
     s = paper.components(profile, base, methods, alpha, seeds, regime, lrs)                           # notebook 06
@@ -17,12 +19,14 @@ quote a comparison by its columns' values (`report.groups`).
 from __future__ import annotations
 
 from ..engine.config import Config
+from ..inputs.partition import parse_spec
 from .controls import Arm
+from .profiles import arm as arm_fields
 from .profiles import dirichlet_fields, learning_rates, regime_learning_rates, regime_setup
 from .study import Comparison, Study, t0
 
-__all__ = ["SCRATCH", "warmup", "value_penalty", "PENALTY_PRIMARY", "PENALTY_PARTS", "penalty_parts", "components",
-           "COMPONENT_NAMES", "component_drift"]
+__all__ = ["SCRATCH", "CORE", "BASELINE_NAMES", "SGD_NAMES", "regime_arm", "main_results", "warmup", "value_penalty",
+           "PENALTY_PRIMARY", "PENALTY_PARTS", "penalty_parts", "components", "COMPONENT_NAMES", "component_drift"]
 
 SCRATCH = "scratch"  # the regime of section 1's cells (a random start at the profile's rate schedule)
 
@@ -35,6 +39,69 @@ def _tag(regime: str) -> str:
 def _seeds(profile: str, seeds, n_seeds: int | None):
     """The seeds of a section 2 cell: `seeds` at the smoke profile (its one seed), else range(n_seeds)."""
     return list(seeds) if profile == "smoke" or n_seeds is None else list(range(n_seeds))
+
+
+# --- notebook 03 §§ 1-2: FedFrozen against FedAvg at each heterogeneity level, the baselines, the regimes ---------
+
+CORE = ("fedavg", "fedfrozen")  # the arms of every heterogeneity level; the others run at the baseline levels
+BASELINE_NAMES = {"fedprox": "FedProx (AdamW)", "scaffold": "SCAFFOLD (AdamW, option I)", "fedadam": "FedAdam"}
+SGD_NAMES = {"scaffold": "SCAFFOLD", "fedprox": "FedProx", "feddyn": "FedDyn"}  # "<m>:sgd", plain SGD as published
+
+
+def regime_arm(method: str, regime: str) -> str:
+    """The arm of `method` in section 2's `regime` cell: "fedfrozen [pretrained]"."""
+    return f"{method} [{regime}]"
+
+
+def main_results(profile: str, base: dict, methods, partitions, baseline_partitions, seeds, lrs: dict | None = None,
+                 regimes=(), regime_alpha: float = 0.1, regime_seeds=range(15), regime_n_seeds: dict | None = None
+                 ) -> Study:
+    """Notebook 03 §§ 1-2's study, by ("heterogeneity", "arm"): FedAvg and FedFrozen (CORE) at every level of
+    `partitions` ("iid", "dirichlet:0.1", ...), each other arm of `methods` (a method, or "<method>:sgd") at the
+    levels of `baseline_partitions`, all on `seeds` at their rates (`lrs` first); then FedAvg and FedFrozen in each
+    regime of `regimes` the profile can run at Dirichlet `regime_alpha`, arms `regime_arm(method, regime)`, on the
+    first `regime_n_seeds[regime]` of `regime_seeds` (all of them by default; the smoke profile: `seeds`) at the
+    regime's rates. C1's comparisons: FedFrozen against FedAvg at every level and regime (late accuracy, then the
+    oscillation); at the baseline levels each baseline against FedAvg and FedFrozen against it (AdamW arms), and each
+    SGD arm against FedAvg on SGD."""
+    if not set(CORE) <= set(methods):
+        raise ValueError(f"methods must hold {list(CORE)} (every comparison is against one of them); got "
+                         f"{list(methods)}")
+    lr_of = learning_rates(methods, lrs, profile=profile, dataset=base["dataset"])
+    arms, rows = [], []
+    grid = [(spec, m) for spec in partitions for m in methods if m in CORE or spec in baseline_partitions]
+    arms += [Arm(spec, m, Config(seed=s, **parse_spec(spec), **{**base, **arm_fields(m), "lr": lr_of[m]}))
+             for spec, m in grid for s in seeds]
+    for spec in partitions:
+        rows += [Comparison("C1", f"FedFrozen − FedAvg, {spec}", spec, "fedfrozen", "fedavg"),
+                 Comparison("C1", f"FedFrozen − FedAvg, {spec}: oscillation", spec, "fedfrozen", "fedavg",
+                            "oscillation")]
+    for spec in baseline_partitions:
+        for m in methods:
+            if m not in CORE and not m.endswith(":sgd"):  # both AdamW: the pair differs in the method alone
+                name = BASELINE_NAMES.get(m, m)
+                rows += [Comparison("C1", f"{name} − FedAvg, {spec}", spec, m, "fedavg"),
+                         Comparison("C1", f"FedFrozen − {name}, {spec}", spec, "fedfrozen", m)]
+    for spec in baseline_partitions:  # each baseline against FedAvg, both with the local optimiser of its paper (SGD)
+        for m in methods:
+            if m.endswith(":sgd") and m != "fedavg:sgd" and "fedavg:sgd" in methods:
+                name = SGD_NAMES.get(m[:-4], m[:-4])
+                rows.append(Comparison("C1", f"{name} − FedAvg, both SGD, {spec}", spec, m, "fedavg:sgd"))
+    spec_r = f"dirichlet:{regime_alpha:g}"
+    for name in regimes:
+        fields = regime_setup(profile, base, name)  # the regime over the profile (smoke: a digits subset)
+        if fields is None:
+            continue
+        lr_r = regime_learning_rates(name, list(CORE), profile=profile, dataset=base["dataset"])
+        cell_seeds = list(seeds) if profile == "smoke" else \
+            list(regime_seeds)[:(regime_n_seeds or {}).get(name, len(list(regime_seeds)))]
+        arms += [Arm(spec_r, regime_arm(m, name), Config(method=m, seed=s, partition="dirichlet", alpha=regime_alpha,
+                                                         **{**fields, "lr": lr_r[m]}))
+                 for m in CORE for s in cell_seeds]
+        a, b = regime_arm("fedfrozen", name), regime_arm("fedavg", name)
+        rows += [Comparison("C1", f"FedFrozen − FedAvg, {spec_r}, {name}", spec_r, a, b),
+                 Comparison("C1", f"FedFrozen − FedAvg, {spec_r}, {name}: oscillation", spec_r, a, b, "oscillation")]
+    return Study("03", tuple(arms), tuple(rows), by=("heterogeneity", "arm"))
 
 
 # --- notebook 04: T0 as a fraction of the rounds, each against FedAvg (T0 = T: FedAvg, run as such) ---------------
