@@ -153,7 +153,7 @@ def test_the_readme_family_is_the_notebooks_tables_judged_together():
     hypothesis = dict(zip(key(joined), joined["hypothesis"]))
     rates = joined[joined["source"] == "03_rate_sensitivity"]
     assert len(rates) and set(rates["hypothesis"]) <= {hypothesis[k] for k in kept}  # the rates are in the family
-    assert report.FAMILY.format(n=len(family)) in CLAIMS  # the definition and size under the table
+    assert report.family_words(len(family)) in CLAIMS  # the definition and size under the table
     written = {k: r for k, r in zip(key(joined), joined.itertuples(index=False))}
     for k, row in zip(key(family), family.itertuples(index=False)):  # a row some notebook wrote, digit for digit
         assert (written[k].d, written[k].half_width, written[k].n) == (row.d, row.half_width, row.n), k

@@ -172,3 +172,5 @@ def test_a_study_declared_end_to_end_reaches_the_family_and_the_rendered_tables(
     (line,) = [x for x in report.verdict_table(family).splitlines() if "a tiny federation" in x]
     assert f"({int(written['n'].iloc[0])})" in line and "accuracy d = " in line
     assert (tmp_path / "figures" / "headline.png").exists()
+    assert report.verdict_table(family).endswith(report.family_words(1))  # the family named under the table
+    assert "the verdict tables 98 (" in report.family_words(1)

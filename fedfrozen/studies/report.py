@@ -28,9 +28,9 @@ from . import tables as ff_tables
 from .controls import arm_label
 from .roles import penalty_arm
 
-__all__ = ["NOTEBOOKS", "SOURCES", "FAMILY", "Quote", "Row", "ROWS", "DIRECTION", "ACCURACY", "verdicts", "family",
-           "lookup", "arm_configs", "verdict_table", "CLAIMS", "claims_table", "figure_rows", "figure", "render",
-           "BLOCKS", "write", "main"]
+__all__ = ["NOTEBOOKS", "SOURCES", "FAMILY", "family_words", "Quote", "Row", "ROWS", "DIRECTION", "ACCURACY",
+           "verdicts", "family", "lookup", "arm_configs", "verdict_table", "CLAIMS", "claims_table", "figure_rows",
+           "figure", "render", "BLOCKS", "write", "main"]
 
 # The README's family, one definition: every comparison of the notebooks its table draws from (03-06: their verdict
 # tables, 06's drift family, 03 § 3's controlled cells and its rates; 13: C1 and C2 beyond one recipe), each
@@ -45,10 +45,17 @@ SOURCES = {"06_drift": ("06_drift", "06"), "03_rate_sensitivity": ("03_controls"
            "14_drift": ("14_drift", "14")}
 # per-seed columns that choose what is measured in a run, not which run (06's drift of each group)
 MEASURE_SELECTORS = ("group",)
-FAMILY = ("The family: every comparison of notebooks 03–06, 13 and 14 (their verdict tables, 06's and 14's drift of "
-          "each group against Q/K's, 03 § 3's controlled cells and its rates), each hypothesis once (the same "
-          "measure on arms whose configs agree up to the seed counts once, with its most seeds): {n} comparisons, "
-          "Holm at 0.05.")
+FAMILY = ("The family: every comparison of the verdict tables {tables} (figures/NN_verdicts.csv), each hypothesis "
+          "once (the same measure on arms whose configs agree up to the seed counts once, with its most seeds): {n} "
+          "comparisons, Holm at 0.05.")
+
+
+def family_words(n: int, notebooks=None) -> str:
+    """FAMILY for a family of `n` comparisons read from `notebooks` (default NOTEBOOKS): the sentence under the
+    verdict table, its tables named as the family reads them."""
+    names = list(NOTEBOOKS if notebooks is None else notebooks)
+    tables = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return FAMILY.format(tables=tables, n=n)
 
 
 def _configs(folder, name: str) -> dict:
@@ -405,7 +412,7 @@ def verdict_table(df: pd.DataFrame, rows=None) -> str:
         labels = [q.label for q in row.quotes]
         cells = "; ".join(f"{label} {_cell(r)}" for r, label in zip(found, labels))
         lines.append(f"| {row.claim} | {row.regime} | {_words(row.claim, found, labels)} | {cells} |")
-    return "\n".join(lines) + "\n\n" + FAMILY.format(n=len(df))
+    return "\n".join(lines) + "\n\n" + family_words(len(df))
 
 
 # the claims as the paper states them, in a few words (docs/claims.md, "The measures", has them whole)
@@ -535,7 +542,7 @@ def write(profile: str = "cpu") -> pd.DataFrame:
         root = plots.project_root()
         texts = {doc: render((root / doc).read_text(), df, doc) for doc in BLOCKS}
     print("wrote", plots.save_table(df, "readme_verdicts", profile))
-    print(FAMILY.format(n=len(df)))
+    print(family_words(len(df)))
     fig = figure(df, profile)
     for path in plots.save_figure(fig, "headline", profile):
         print("wrote", path)
