@@ -45,7 +45,7 @@ def test_each_cell_runs_its_plan():
     rows = budgets.comparisons(arms)
     assert len(rows) == sum(len(p) for p, _, _ in budgets.PLAN.values())  # a C1 row where the pair ran, no other
     assert ("C1", "FedFrozen T0 25% − FedAvg, both at 0.003, adamw, 480 rounds", "adamw, 480 rounds",
-            "fedfrozen T0 25% @ 0.003", "fedavg @ 0.003") in rows
+            "fedfrozen T0 25% @ 0.003", "fedavg @ 0.003", "late_acc") in rows
     five = [a.cfg for a in arms if a.cell == "adamw_5ep"]
     assert {(c.local_epochs, c.rounds, c.optimizer, c.lr) for c in five} == {(5, 240, "adamw", 3e-3)}  # FedAvg's rate
     assert {c.pretrain_seed == c.seed for a in arms if a.cell == "text_pretrained" for c in [a.cfg]} == {True}

@@ -45,12 +45,15 @@ def write_data(root: Path, profile: str, tiny: bool) -> None:
         write_sample(root, speeches=40, roles_per_play=12)
 
 
+TRAINS = ("ff.Config(", "ff.data.load(", "ff.run_many(")  # a notebook that builds runs (a study's too) or loads data
+
+
 def _executions(books: list[Path]) -> list[tuple[Path, dict]]:
     """(notebook, extra parameters) to run: each that trains or reads paper data; 03 also on CIFAR-100."""
     out = []
     for nb in books:
         text = nb.read_text()
-        if "ff.Config(" not in text and "ff.data.load(" not in text:
+        if not any(call in text for call in TRAINS):
             continue  # synthetic only (the linear-attention theory): nothing of the paper path
         out.append((nb, {}))
         if "paper_dataset" in text:
