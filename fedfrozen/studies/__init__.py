@@ -1,5 +1,5 @@
 """What the notebooks call: the profiles, the paired rule and its tables and plots, the rate rule, and each notebook's
-cells (paper: 04-06; controls, regime, families, recipes, roles, budgets: the study layer, fedfrozen.studies.study);
+cells (paper: 03-06; controls, regime, families, recipes, roles, budgets: the study layer, fedfrozen.studies.study);
 verification across machines.
 
 See docs/development.md for the layers and what each may import."""
