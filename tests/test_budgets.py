@@ -144,3 +144,62 @@ def test_the_status_is_the_screen_or_the_doubling_and_says_which():
     assert list(got["by"])[:3] == ["last tenth", "last tenth", "doubling (FedAvg at 2x)"]
     assert got.loc[0, "screen_mean"] == pytest.approx(0.2) and got.loc[1, "screen_mean"] == pytest.approx(3.0)
     assert got.loc[2, "gain"] == pytest.approx(100 * (0.742 - 0.7)) and got.loc[3, "gain"] == pytest.approx(0.4)
+
+
+# A seed's budgets pair on one machine: its first budget is read where the machine of its longer ones trained it
+
+def _cache(root, experiment, cfg, machine_signature):
+    """A finished cache entry of `cfg` in `experiment` trained on the machine `machine_signature`."""
+    import json
+
+    folder = root / experiment / config_key(cfg)
+    folder.mkdir(parents=True)
+    (folder / "history.json").write_text("{}")
+    (folder / "env.json").write_text(json.dumps({"machine": machine_signature}))
+
+
+def test_the_first_budget_is_read_where_the_longer_budgets_machine_trained_it(tmp_path):
+    from fedfrozen.base.io import machine_id
+
+    one, two = (ff.Config(rounds=r, warmup_rounds=r // 4, seed=3) for r in (4, 8))
+    a, b = "torch x | CPU A | x86_64 | 1 thread", "torch x | CPU B | x86_64 | 1 thread"
+    homes = budgets.rerun_homes("digits", machine_id(a))
+    assert homes == ("digits", "digits_screen", f"digits_screen_{machine_id(a)}")
+    # nothing cached: the notebook's own folder, as at the smoke profile
+    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == "digits"
+    _cache(tmp_path, "digits", one, b)  # the notebook's run is another machine's: trained again apart from it
+    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == "digits_screen"
+    assert budgets.paired_home(one, machine_id(b), budgets.rerun_homes("digits", machine_id(b)), tmp_path) == "digits"
+    _cache(tmp_path, "digits_screen", one, b)  # the rerun folder holds another machine's too: the machine's own
+    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == homes[2]
+    _cache(tmp_path, homes[2], one, a)
+    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == homes[2]
+    c = "torch x | CPU C | x86_64 | 1 thread"
+    with pytest.raises(ValueError, match="from machines other than"):
+        budgets.paired_home(one, machine_id(c), budgets.rerun_homes("digits", machine_id(c))[:2], tmp_path)
+    # the longer budgets' machine: their cached runs', this machine's where none is cached, refused where split
+    assert budgets.longer_machine([two], "digits", tmp_path) == budgets._this_machine()
+    _cache(tmp_path, "digits", two, a)
+    assert budgets.longer_machine([two], "digits", tmp_path) == machine_id(a)
+    four = two.replace(rounds=16, warmup_rounds=4)
+    _cache(tmp_path, "digits", four, b)
+    with pytest.raises(ValueError, match=r"seed \[3\].*trained on machines"):
+        budgets.longer_machine([two, four], "digits", tmp_path)
+
+
+def test_each_arm_of_the_notebook_is_read_from_the_folder_that_pairs_it(tmp_path):
+    from fedfrozen.studies.controls import Arm
+
+    arms = [Arm("c", m, ff.Config(method=m, rounds=4 * k, warmup_rounds=k, seed=s), "", None, k)
+            for k in (1, 2) for m in ("fedavg", "fedfrozen") for s in (0, 1)]
+    arms.append(Arm("alone", "fedavg", ff.Config(rounds=6, seed=0), "", None, 1))  # one budget: its notebook's run
+    a = "torch x | CPU A | x86_64 | 1 thread"
+    for arm in arms:
+        if arm.budget == 1 and arm.cell == "c":
+            _cache(tmp_path, "digits", arm.cfg, a)  # the notebook's first budget, trained on machine A
+        if arm.budget == 2 and arm.cfg.seed == 0:
+            _cache(tmp_path, "digits", arm.cfg, a)  # seed 0's longer runs: A too; seed 1's: not trained yet
+    got = budgets.experiments(arms, lambda arm: "digits", tmp_path)
+    # seed 1's first budget is trained again beside its longer runs, here, apart from machine A's
+    assert got == ["digits" if arm.budget == 2 or arm.cell == "alone" or arm.cfg.seed == 0 else "digits_screen"
+                   for arm in arms]

@@ -36,7 +36,8 @@ from .study import SELECTION_SEED, Comparison, Study, against_fedavg, arm_label,
 
 __all__ = ["study", "CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs",
            "build", "comparisons", "SCREEN_SEEDS", "STUDY_CELLS", "readme_settings", "screen_experiment", "doubled",
-           "screen", "readme_status"]
+           "screen", "readme_status", "cached_machine", "longer_machine", "paired_home", "rerun_homes",
+           "experiments"]
 
 CELLS = ("adamw", "adamw_5ep", "sgd", "p4_w48", "text_scratch", "text_pretrained")
 TEXT_CELLS = {"text_scratch": "scratch", "text_pretrained": "pretrained"}  # cell -> notebook 14's start
@@ -204,32 +205,111 @@ def _this_machine() -> str:
     return machine_id(machine(threads=1))
 
 
+def cached_machine(cfg: Config, experiment: str, root=None) -> str | None:
+    """The short machine signature (`tables.machine_of`) of the cached run of `cfg` in `experiment`, None where
+    there is none (read from its env.json, not its History)."""
+    from ..base.io import machine_id
+    from ..runs.experiments import config_key, results_root
+    from .tables import UNRECORDED
+
+    folder = results_root(root) / experiment / config_key(cfg)
+    if not (folder / "history.json").exists() or not (folder / "env.json").exists():
+        return None
+    sig = json.loads((folder / "env.json").read_text()).get("machine")
+    return machine_id(sig) if sig else UNRECORDED
+
+
+def longer_machine(longer, experiment: str, root=None) -> str:
+    """The machine of the runs `longer` (one seed of a cell at its longer budgets, in `experiment`): the one their
+    cached runs were trained on, this machine's where none is cached yet (they will be trained here). ValueError
+    where the cached ones come from more than one machine: their seed cannot be paired on one machine without
+    training them again."""
+    got = {m for m in (cached_machine(c, experiment, root) for c in longer) if m is not None}
+    if len(got) > 1:
+        seeds = sorted({c.seed for c in longer})
+        raise ValueError(f"the longer budgets of seed {seeds} in {experiment!r} were trained on machines "
+                         f"{', '.join(sorted(got))}: a seed's budgets pair only on one machine (retrain them)")
+    return got.pop() if got else _this_machine()
+
+
+def paired_home(first: Config, machine: str, homes, root=None) -> str:
+    """Where the run `first` (one seed of a cell at its first budget) is read so that it pairs with its longer
+    budgets, trained on `machine`, on one machine: a CPU moves a run about a point, the doubling criterion's size,
+    so a difference paired across two machines would measure the machines too. The first of `homes` (experiment
+    folders, in order) whose cached run of `first` was trained on `machine`; where none was, the first of them
+    without a cached run of `first` (there it is trained, beside the longer runs); ValueError where each holds
+    another machine's."""
+    homes = list(dict.fromkeys(homes))
+    found = {h: cached_machine(first, h, root) for h in homes}
+    for h in homes:
+        if found[h] == machine:
+            return h
+    for h in homes:
+        if found[h] is None:
+            return h
+    raise ValueError(f"the run {first.method} seed {first.seed} ({first.rounds} rounds) is cached in "
+                     f"{', '.join(homes)} from machines other than {machine}: none can take this machine's")
+
+
+def rerun_homes(experiment: str, machine: str) -> tuple[str, str, str]:
+    """The folders a first-budget run is read from, in order (`paired_home`): the notebook's own `experiment`, then
+    `experiment + "_screen"` (runs trained again beside longer ones, apart from the notebooks' committed runs), then
+    that folder with the longer runs' machine appended (where `_screen` already holds another machine's run)."""
+    return experiment, f"{experiment}_screen", f"{experiment}_screen_{machine}"
+
+
+def experiments(arms, experiment_of, root=None) -> list[str]:
+    """The experiment each arm's run is read from (and trained in where it is missing): its cell's longer budgets
+    in the cell's own experiment (`experiment_of(arm)`: the dataset's, or "shakespeare"); its first budget where it
+    pairs with them on one machine (`paired_home` over `rerun_homes`): the notebook's own run when that machine
+    trained it, else a run trained again beside them. A cell with one budget reads its notebook's runs."""
+    longer: dict = {}
+    for a in arms:
+        if a.budget != 1:
+            longer.setdefault((a.cell, a.cfg.seed), []).append(a.cfg)
+    out = []
+    for a in arms:
+        exp = experiment_of(a)
+        if a.budget != 1 or (a.cell, a.cfg.seed) not in longer:
+            out.append(exp)
+            continue
+        machine = longer_machine(longer[(a.cell, a.cfg.seed)], exp, root)
+        out.append(paired_home(a.cfg, machine, rerun_homes(exp, machine), root))
+    return out
+
+
 def screen(settings: list[dict], workers: int | None = None, root=None) -> tuple[list, dict]:
     """Every README setting's FedAvg runs (`readme_settings`), trained or loaded (`screen_experiment`), and for each
     that is no cell of this notebook (its own doubling decides those) and whose mean last-tenth gain is a point or
-    more, FedAvg at twice the rounds (`doubled`) on the same seeds in the screen experiment, paired with 1x runs of
-    this machine (the cached ones where they are, retrained beside the 2x runs where another CPU made them: a CPU
-    moves a run about a point, the criterion's size). Returns (Histories per setting, {setting index: (1x Histories,
-    2x Histories)})."""
+    more, FedAvg at twice the rounds (`doubled`) on the same seeds in the screen experiment, each paired with a 1x
+    run of its own machine (`paired_home`: the cached one where that machine made it, else one retrained beside it:
+    a CPU moves a run about a point, the criterion's size). Returns (Histories per setting, {setting index: (1x
+    Histories, 2x Histories)})."""
     import numpy as np
 
     from ..runs.experiments import run_many
     from .convergence import THRESHOLD, last_tenth_gain
-    from .tables import machine_of
 
-    hists, pairs = [], {}
+    hists, pairs, sources = [], {}, []
     for s in settings:
-        experiment = s["configs"][0].dataset
-        hists.append(run_many(s["configs"], root=root, experiment=screen_experiment(s["configs"], experiment, root),
-                              workers=workers))
-    here = _this_machine()
+        sources.append(screen_experiment(s["configs"], s["configs"][0].dataset, root))
+        hists.append(run_many(s["configs"], root=root, experiment=sources[-1], workers=workers))
     for i, (s, hs) in enumerate(zip(settings, hists)):
         if s["cell"] or not np.nanmean([100 * last_tenth_gain(h) for h in hs]) >= 100 * THRESHOLD:
             continue
         where = f"{s['configs'][0].dataset}_screen"
-        ones = hs if all(machine_of(h) == here for h in hs) else run_many(s["configs"], root=root, experiment=where,
-                                                                        workers=workers)
-        pairs[i] = (ones, run_many([doubled(c) for c in s["configs"]], root=root, experiment=where, workers=workers))
+        twos = [doubled(c) for c in s["configs"]]
+        homes = []  # each seed's 1x run where it pairs with its 2x run on one machine
+        for c, c2 in zip(s["configs"], twos):
+            machine = longer_machine([c2], where, root)
+            homes.append(paired_home(c, machine, (sources[i], *rerun_homes(c.dataset, machine)[1:]), root))
+        ones = [None] * len(twos)
+        for home in dict.fromkeys(homes):
+            idx = [j for j, h in enumerate(homes) if h == home]
+            for j, h in zip(idx, run_many([s["configs"][j] for j in idx], root=root, experiment=home,
+                                          workers=workers)):
+                ones[j] = h
+        pairs[i] = (ones, run_many(twos, root=root, experiment=where, workers=workers))
     return hists, pairs
 
 
