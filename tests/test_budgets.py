@@ -159,30 +159,33 @@ def _cache(root, experiment, cfg, machine_signature):
 
 
 def test_the_first_budget_is_read_where_the_longer_budgets_machine_trained_it(tmp_path):
-    from fedfrozen.base.io import machine_id
+    from fedfrozen.base.io import machine, machine_id
 
     one, two = (ff.Config(rounds=r, warmup_rounds=r // 4, seed=3) for r in (4, 8))
-    a, b = "torch x | CPU A | x86_64 | 1 thread", "torch x | CPU B | x86_64 | 1 thread"
-    homes = budgets.rerun_homes("digits", machine_id(a))
-    assert homes == ("digits", "digits_screen", f"digits_screen_{machine_id(a)}")
+    here, b = budgets._this_machine(), "torch x | CPU B | x86_64 | 1 thread"
+    homes = budgets.rerun_homes("digits", here)
+    assert homes == ("digits", "digits_screen", f"digits_screen_{here}")
     # nothing cached: the notebook's own folder, as at the smoke profile
-    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == "digits"
+    assert budgets.paired_home(one, here, homes, tmp_path) == "digits"
     _cache(tmp_path, "digits", one, b)  # the notebook's run is another machine's: trained again apart from it
-    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == "digits_screen"
+    assert budgets.paired_home(one, here, homes, tmp_path) == "digits_screen"
     assert budgets.paired_home(one, machine_id(b), budgets.rerun_homes("digits", machine_id(b)), tmp_path) == "digits"
-    _cache(tmp_path, "digits_screen", one, b)  # the rerun folder holds another machine's too: the machine's own
-    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == homes[2]
-    _cache(tmp_path, homes[2], one, a)
-    assert budgets.paired_home(one, machine_id(a), homes, tmp_path) == homes[2]
+    _cache(tmp_path, "digits_screen", one, b)  # the rerun folder holds another machine's too: this machine's own
+    assert budgets.paired_home(one, here, homes, tmp_path) == homes[2]
+    _cache(tmp_path, homes[2], one, machine(threads=1))
+    assert budgets.paired_home(one, here, homes, tmp_path) == homes[2]
+    # longer runs of another machine whose first budget that machine did not train: refused, not paired across two
     c = "torch x | CPU C | x86_64 | 1 thread"
+    with pytest.raises(ValueError, match="would pair two machines"):
+        budgets.paired_home(one, machine_id(c), budgets.rerun_homes("digits", machine_id(c)), tmp_path)
     with pytest.raises(ValueError, match="from machines other than"):
-        budgets.paired_home(one, machine_id(c), budgets.rerun_homes("digits", machine_id(c))[:2], tmp_path)
+        budgets.paired_home(one, here, homes[:2], tmp_path)
     # the longer budgets' machine: their cached runs', this machine's where none is cached, refused where split
-    assert budgets.longer_machine([two], "digits", tmp_path) == budgets._this_machine()
-    _cache(tmp_path, "digits", two, a)
-    assert budgets.longer_machine([two], "digits", tmp_path) == machine_id(a)
+    assert budgets.longer_machine([two], "digits", tmp_path) == here
+    _cache(tmp_path, "digits", two, b)
+    assert budgets.longer_machine([two], "digits", tmp_path) == machine_id(b)
     four = two.replace(rounds=16, warmup_rounds=4)
-    _cache(tmp_path, "digits", four, b)
+    _cache(tmp_path, "digits", four, c)
     with pytest.raises(ValueError, match=r"seed \[3\].*trained on machines"):
         budgets.longer_machine([two, four], "digits", tmp_path)
 
@@ -203,3 +206,18 @@ def test_each_arm_of_the_notebook_is_read_from_the_folder_that_pairs_it(tmp_path
     # seed 1's first budget is trained again beside its longer runs, here, apart from machine A's
     assert got == ["digits" if arm.budget == 2 or arm.cell == "alone" or arm.cfg.seed == 0 else "digits_screen"
                    for arm in arms]
+
+
+def test_a_seed_trains_its_first_budget_before_its_longer_ones_one_seed_at_a_time():
+    from fedfrozen.studies.controls import Arm
+
+    arms = [Arm("c", m, ff.Config(method=m, rounds=4 * k, warmup_rounds=k, seed=s), "", None, k)
+            for k in (2, 1, 4) for m in ("fedavg", "fedfrozen") for s in (0, 1)]
+    where = ["long" if a.budget > 1 else ("own" if a.cfg.seed == 0 else "rerun") for a in arms]
+    got = budgets.units(arms, where)
+    assert [(cell, seed) for cell, seed, _ in got] == [("c", 0), ("c", 1)]
+    for _, seed, steps in got:
+        assert [exp for exp, _ in steps] == ["own" if seed == 0 else "rerun", "long"]
+        first, longer = (set(idx) for _, idx in steps)
+        assert {arms[i].budget for i in first} == {1} and {arms[i].budget for i in longer} == {2, 4}
+        assert {arms[i].cfg.seed for i in first | longer} == {seed} and len(first | longer) == 6

@@ -37,7 +37,7 @@ from .study import SELECTION_SEED, Comparison, Study, against_fedavg, arm_label,
 __all__ = ["study", "CELLS", "PLAN", "FIVE_EPOCHS", "TEXT_CELLS", "cell_name", "first_fields", "selection_configs",
            "build", "comparisons", "SCREEN_SEEDS", "STUDY_CELLS", "readme_settings", "screen_experiment", "doubled",
            "screen", "readme_status", "cached_machine", "longer_machine", "paired_home", "rerun_homes",
-           "experiments"]
+           "experiments", "units", "rates", "experiment_of"]
 
 CELLS = ("adamw", "adamw_5ep", "sgd", "p4_w48", "text_scratch", "text_pretrained")
 TEXT_CELLS = {"text_scratch": "scratch", "text_pretrained": "pretrained"}  # cell -> notebook 14's start
@@ -99,6 +99,41 @@ def _rate(profile: str, image_base: dict, cell: str, rates: dict) -> float:
             raise ValueError(f"rates has no selected rates for cell {cell!r} (the one rule at its budget)")
         return float(rates[cell]["fedavg"])  # both arms at FedAvg's rate (the shared rate)
     return float(learning_rates(["fedavg"], profile=profile, dataset=image_base["dataset"])["fedavg"])
+
+
+def rates(profile: str, image_base: dict, text_base: dict | None, cells=CELLS, selection_seeds=None):
+    """The rates `build` needs for `cells`, each by the one rule (trained or loaded): plain SGD's at its budget
+    (notebook 13's `recipes.rates_by_rule`), AdamW's at five local epochs (`selection_configs`), each text start's
+    (notebook 14's `roles.rates_by_rule` on `selection_seeds`, default `roles.selection_seeds`). adamw and p4_w48 need
+    none (AdamW's base rate). Returns (rates, a table of every selection run, its cell in `cell`)."""
+    import pandas as pd
+
+    from .study import cells_by_rule
+
+    cells = among("cells", cells, CELLS)
+    got, tables = {}, []
+    if "sgd" in cells:
+        chosen, table = recipes.rates_by_rule(profile, image_base, ["sgd"])
+        got.update(chosen)
+        tables.append(table)
+    if "adamw_5ep" in cells:
+        chosen, table = cells_by_rule({"adamw_5ep": selection_configs(profile, image_base)}, image_base["dataset"])
+        got.update(chosen)
+        tables.append(table)
+    inits = [TEXT_CELLS[c] for c in cells if c in TEXT_CELLS]
+    if inits:
+        if text_base is None:
+            raise ValueError(f"cells {cells!r} need text_base (roles.fields(profile, data_root))")
+        seeds = roles.selection_seeds(profile) if selection_seeds is None else tuple(selection_seeds)
+        chosen, table = roles.rates_by_rule(profile, text_base, inits, experiment="shakespeare", seeds=seeds)
+        got.update(chosen)
+        tables.append(table.assign(cell="text_" + table["cell"]))
+    return got, pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def experiment_of(arm: Arm, image_base: dict) -> str:
+    """The cache experiment of `arm`'s cell: "shakespeare" for the text cells, the image dataset's for the rest."""
+    return "shakespeare" if arm.cell in TEXT_CELLS else image_base["dataset"]
 
 
 def build(profile: str, image_base: dict, text_base: dict | None, rates: dict, cells=CELLS,
@@ -237,13 +272,18 @@ def paired_home(first: Config, machine: str, homes, root=None) -> str:
     budgets, trained on `machine`, on one machine: a CPU moves a run about a point, the doubling criterion's size,
     so a difference paired across two machines would measure the machines too. The first of `homes` (experiment
     folders, in order) whose cached run of `first` was trained on `machine`; where none was, the first of them
-    without a cached run of `first` (there it is trained, beside the longer runs); ValueError where each holds
-    another machine's."""
+    without a cached run of `first` (there it is trained, beside the longer runs). ValueError where that would
+    train it on another machine than `machine`, or where each folder holds another machine's run.
+    (`units` trains a seed's first budget before its longer ones, so an interrupted seed never needs this.)"""
     homes = list(dict.fromkeys(homes))
     found = {h: cached_machine(first, h, root) for h in homes}
     for h in homes:
         if found[h] == machine:
             return h
+    if machine != _this_machine():
+        raise ValueError(f"the longer budgets of {first.method} seed {first.seed} were trained on machine {machine}, "
+                         f"its first budget ({first.rounds} rounds) was not, and training it here would pair two "
+                         f"machines: train it on {machine}, or remove that seed's longer runs and train both here")
     for h in homes:
         if found[h] is None:
             return h
@@ -256,6 +296,23 @@ def rerun_homes(experiment: str, machine: str) -> tuple[str, str, str]:
     `experiment + "_screen"` (runs trained again beside longer ones, apart from the notebooks' committed runs), then
     that folder with the longer runs' machine appended (where `_screen` already holds another machine's run)."""
     return experiment, f"{experiment}_screen", f"{experiment}_screen_{machine}"
+
+
+def units(arms, where) -> list[tuple[str, int, list[tuple[str, list[int]]]]]:
+    """The order to train `arms` in (their experiments `where`, from `experiments`), one seed of one cell at a time:
+    [(cell, seed, [(experiment, arm indices), ...])], its first budget before its longer ones. A sitting that ends
+    inside a seed then leaves at most first-budget runs without their longer ones, which the next machine pairs with
+    its own (`paired_home`); it never leaves longer runs whose first budget another machine would have to train."""
+    out: dict = {}
+    for i, a in enumerate(arms):
+        out.setdefault((a.cell, a.cfg.seed), []).append(i)
+    order = []
+    for (cell, seed), idx in out.items():
+        steps: dict = {}
+        for i in sorted(idx, key=lambda i: arms[i].budget != 1):  # the first budget first (a stable sort)
+            steps.setdefault((arms[i].budget == 1, where[i]), []).append(i)
+        order.append((cell, seed, [(exp, got) for (_, exp), got in steps.items()]))
+    return order
 
 
 def experiments(arms, experiment_of, root=None) -> list[str]:
