@@ -221,3 +221,34 @@ def test_a_seed_trains_its_first_budget_before_its_longer_ones_one_seed_at_a_tim
         first, longer = (set(idx) for _, idx in steps)
         assert {arms[i].budget for i in first} == {1} and {arms[i].budget for i in longer} == {2, 4}
         assert {arms[i].cfg.seed for i in first | longer} == {seed} and len(first | longer) == 6
+
+
+def test_the_screen_pairs_each_seeds_doubling_with_a_first_budget_of_its_machine(tmp_path, monkeypatch, request):
+    import json
+
+    import torch
+
+    from fedfrozen.studies import convergence
+    from fedfrozen.studies.tables import machine_of
+
+    monkeypatch.setattr(convergence, "THRESHOLD", -1.0)  # every setting gets its doubling runs
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the notebooks train (ff.io.use_threads): the machine signature names the count
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    tiny = dict(dataset="digits", model="vit_digits", model_kwargs=dict(embed_dim=16, depth=1, num_heads=2),
+                n_clients=4, clients_per_round=2, rounds=10, local_steps=1, batch_size=16, partition="iid",
+                eval_every=1, device="cpu", engine="sequential", warmup_rounds=2)
+    cfgs = [ff.Config(seed=s, **tiny) for s in (0, 1)]
+    # seed 1's first budget is in the notebook's folder too, from another machine: it must not pair with this one's
+    ff.run_many(cfgs[1:], root=tmp_path, experiment="digits", workers=1, progress=False)
+    env = tmp_path / "digits" / config_key(cfgs[1]) / "env.json"
+    env.write_text(json.dumps({**json.loads(env.read_text()), "machine": "torch x | CPU B | x86_64 | 1 thread"}))
+    settings = [dict(rows=["C1 x"], cell=None, configs=cfgs)]
+    hists, pairs = budgets.screen(settings, workers=1, root=tmp_path)
+    ones, twos = pairs[0]
+    here = budgets._this_machine()
+    assert [h.config["seed"] for h in ones] == [0, 1] and [h.config["rounds"] for h in twos] == [20, 20]
+    assert {machine_of(h) for h in ones + twos} == {here}  # each seed's 1x and 2x on one machine
+    assert (tmp_path / "digits_screen" / config_key(cfgs[1]) / "history.json").exists()
+    status = budgets.readme_status(settings, hists, pairs)
+    assert status.loc[0, "by"] == "doubling (FedAvg at 2x)" and status.loc[0, "n"] == 2

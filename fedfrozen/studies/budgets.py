@@ -235,6 +235,8 @@ def doubled(cfg: Config) -> Config:
 
 
 def _this_machine() -> str:
+    """This machine's short signature at one thread, the count the notebooks (`ff.io.use_threads`) and run_many's
+    workers train at."""
     from ..base.io import machine, machine_id
 
     return machine_id(machine(threads=1))
