@@ -44,7 +44,11 @@ def test_only_runs_no_archive_holds_are_packed(tmp_path):
     assert "3 runs" in grid.pack_new(a, ["digits"], root, archives / "none")  # its own file is not an "other"
 
 
-def test_a_seed_trains_its_first_budget_then_its_longer_ones(capsys):
+def test_a_seed_trains_its_first_budget_then_its_longer_ones(capsys, request):
+    import torch
+
+    threads = torch.get_num_threads()
+    request.addfinalizer(lambda: torch.set_num_threads(threads))  # main() trains at one thread (ff.io.use_threads)
     assert grid.main(["adamw", "--profile", "smoke", "--seeds", "1", "--workers", "1"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("rates {}") and len(out) == 2
