@@ -25,6 +25,7 @@ they load from the cache), so a longer budget is the 1x Config with `rounds` and
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -234,9 +235,10 @@ def doubled(cfg: Config) -> Config:
     return cfg.replace(rounds=2 * cfg.rounds, warmup_rounds=2 * cfg.warmup_rounds)
 
 
+@functools.lru_cache(maxsize=1)
 def _this_machine() -> str:
     """This machine's short signature at one thread, the count the notebooks (`ff.io.use_threads`) and run_many's
-    workers train at."""
+    workers train at (computed once: `paired_home` asks for it per arm)."""
     from ..base.io import machine, machine_id
 
     return machine_id(machine(threads=1))
