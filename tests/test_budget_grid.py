@@ -7,6 +7,7 @@ import pytest
 
 import fedfrozen as ff
 from fedfrozen.runs.archive import held
+from fedfrozen.runs.experiments import config_key
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "budget_grid.py"
 spec = importlib.util.spec_from_file_location("budget_grid", TOOL)
@@ -57,3 +58,46 @@ def test_a_seed_trains_its_first_budget_then_its_longer_ones(capsys, request):
     rounds = [int(part.split(":")[0].split()[1]) for part in line.split(": ", 1)[1].split("; ")[0].split(", ")]
     assert len(rounds) == 5 and rounds[:2] == [min(rounds)] * 2  # the pair at 1x first, then 2x (FedAvg) and 4x
     assert sorted(set(rounds)) == [min(rounds), 2 * min(rounds), 4 * min(rounds)]
+
+
+def test_a_screen_needs_a_readme_row_and_a_cell_or_screen_is_named(capsys):
+    with pytest.raises(SystemExit):
+        grid.parse([])
+    assert "name a cell to train or --screen ROW" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        grid.parse(["--screen", "C9 no such row"])
+    err = capsys.readouterr().err
+    assert "--screen: no README row starts with 'C9 no such row'" in err and "C1 base, IID" in err
+    assert grid.parse(["--screen", "C1 five local epochs"]).screen == ["C1 five local epochs"]
+
+
+def test_the_screen_trains_the_named_settings_only_and_packs_them(tmp_path, monkeypatch, request, capsys):
+    import torch
+
+    from fedfrozen.studies import budgets, convergence
+
+    monkeypatch.setattr(convergence, "THRESHOLD", -1.0)  # every setting gets its doubling runs
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the machine signature names the thread count the notebooks train at
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    tiny = {**TINY, "rounds": 10, "warmup_rounds": 2}
+    named = [ff.Config(seed=s, **tiny) for s in (0, 1)]
+    other = [ff.Config(seed=5, **tiny)]
+    monkeypatch.setattr(budgets, "readme_settings", lambda profile="cpu": [
+        dict(rows=["C1 x: accuracy"], cell=None, configs=named), dict(rows=["C1 y: accuracy"], cell=None,
+                                                                         configs=other)])
+    root, archives = tmp_path / "results", tmp_path / "archives"
+    archives.mkdir()
+    grid.screen(["C1 x"], 1, str(archives / "s.tar.xz"), root, archives)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("C1 x: accuracy: last tenth") and "doubling (FedAvg at 2x)" in out[0]
+    assert "(2)" in out[0] and out[1] == f"{archives / 's.tar.xz'}: 4 runs, " + out[1].split(", ")[1]
+    packed = held(archives / "s.tar.xz")
+    assert {e for e, _ in packed} == {"digits_screen"} and len(packed) == 4  # 1x and 2x of seeds 0 and 1
+    assert not any((root / "digits_screen" / config_key(c)).exists() for c in other)
+
+
+def test_an_unknown_cell_is_named(capsys):
+    with pytest.raises(SystemExit):
+        grid.parse(["sgdd"])
+    assert "cells: 'sgdd' is no cell of notebook 15" in capsys.readouterr().err

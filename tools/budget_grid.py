@@ -3,6 +3,7 @@
     python tools/budget_grid.py sgd                     # every seed of the cell, in order
     python tools/budget_grid.py text_scratch --seeds 3 4 --workers 2
     python tools/budget_grid.py sgd --pack archives/15_sgd_a.tar.xz   # after each seed, pack the new runs
+    python tools/budget_grid.py --screen "C1 five local epochs" --pack archives/15_screen_e.tar.xz
 
 Each seed of a cell trains its first budget, then its longer ones (`ff.budgets.units`), each run where notebook 15
 reads it (`ff.budgets.experiments`: a first budget that another CPU trained is trained again here, apart, so that a
@@ -10,6 +11,11 @@ seed's budgets pair on one machine). Cached runs are loaded, not trained. With -
 runs of the experiments it touched that no archive in archives/ holds yet are written to that file (atomically;
 `fedfrozen archive pack`): the grid goes on from it on the next machine (`fedfrozen archive unpack`).
 The rates are the rule's (`ff.budgets.rates`), read from the cache where their selection runs are in it.
+
+--screen trains the doubling screen of the README settings whose rows start with the given words
+(`ff.budgets.readme_settings`, cpu profile; `ff.budgets.screen`: FedAvg at twice the rounds, each seed's 1x paired on
+one machine), one setting at a time, printing each setting's status and packing after each the screen's runs
+(`<dataset>_screen`, `<dataset>_screen_<machine>`) that no archive holds.
 """
 
 from __future__ import annotations
@@ -26,17 +32,30 @@ def parse(argv) -> argparse.Namespace:
     from fedfrozen.studies import budgets
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("cells", nargs="+", choices=budgets.CELLS, help="notebook 15's cells to train")
+    p.add_argument("cells", nargs="*", metavar="CELL", help=f"notebook 15's cells to train: {', '.join(budgets.CELLS)}")
+    p.add_argument("--screen", nargs="+", metavar="ROW", default=[],
+                   help="the README settings to screen: the start of a row's label (`ff.budgets.readme_settings`)")
     p.add_argument("--seeds", nargs="+", type=int, help="the seeds to train (default: the cell's, ff.budgets.PLAN)")
     p.add_argument("--profile", default="cpu", choices=("smoke", "cpu", "paper"))
     p.add_argument("--workers", type=int, default=2, help="runs trained at once (default 2)")
-    p.add_argument("--pack", metavar="ARCHIVE", help="after each seed, pack the runs no archive holds into this file")
+    p.add_argument("--pack", metavar="ARCHIVE",
+                   help="after each seed (each --screen setting), pack the runs no archive holds into this file")
     p.add_argument("--data-root", default=None, help="where the Shakespeare release is (default: data/)")
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers must be at least 1; got {args.workers}")
     if args.pack and not args.pack.endswith(".tar.xz"):
         p.error(f"--pack must name a .tar.xz file; got {args.pack!r}")
+    bad = [c for c in args.cells if c not in budgets.CELLS]
+    if bad:  # checked here: argparse refuses an empty list against `choices`
+        p.error(f"cells: {bad[0]!r} is no cell of notebook 15 ({', '.join(budgets.CELLS)})")
+    if not args.cells and not args.screen:
+        p.error("name a cell to train or --screen ROW")
+    if args.screen:
+        rows = [r for s in budgets.readme_settings("cpu") for r in s["rows"]]
+        unknown = [w for w in args.screen if not any(r.startswith(w) for r in rows)]
+        if unknown:
+            p.error(f"--screen: no README row starts with {unknown[0]!r}; the rows: " + "; ".join(rows))
     return args
 
 
@@ -55,6 +74,28 @@ def pack_new(path: Path, experiments, root=None, archives: Path = ROOT / "archiv
     return f"{path}: {got['entries']} runs, {got['bytes'] / 1e6:.1f} MB"
 
 
+def screen(words, workers: int, pack: str | None, root=None, archives: Path = ROOT / "archives") -> None:
+    """The doubling screen of every README setting (cpu profile) one of whose rows starts with one of `words`, one
+    setting at a time; after each, its status line, and with `pack` the screen's new runs packed (`pack_new`)."""
+    import fedfrozen as ff
+    from fedfrozen.runs.experiments import results_root
+    from fedfrozen.studies import budgets
+
+    chosen = [s for s in budgets.readme_settings("cpu") if any(r.startswith(w) for r in s["rows"] for w in words)]
+    for s in chosen:
+        start = time.perf_counter()
+        hists, pairs = budgets.screen([s], workers=workers, root=root)
+        got = budgets.readme_status([s], hists, pairs).iloc[0]
+        print(f"{got['rows']}: last tenth {got['screen_mean']:+.2f} points; {got['by']} "
+              f"{got['gain']:+.2f} ± {got['half_width']:.2f} ({got['n']}): {got['status']}; "
+              f"{(time.perf_counter() - start) / 60:.1f} min", flush=True)
+        if pack:  # the screen's folders: its 2x runs, and the 1x runs trained again here
+            here = ff.io.machine_id(ff.io.machine(threads=1))
+            homes = [e for e in budgets.rerun_homes(s["configs"][0].dataset, here)[1:]
+                     if (results_root(root) / e).is_dir()]
+            print(pack_new(Path(pack), homes, root, archives), flush=True)
+
+
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     import fedfrozen as ff
@@ -62,6 +103,10 @@ def main(argv=None) -> int:
     from fedfrozen.studies.tables import machine_of
 
     ff.io.use_threads()
+    if args.screen:
+        screen(args.screen, args.workers, args.pack)
+    if not args.cells:
+        return 0
     image = ff.profiles.federated(args.profile)
     text = (roles.fields(args.profile, args.data_root) if any(c in budgets.TEXT_CELLS for c in args.cells)
             else None)
