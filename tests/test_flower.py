@@ -124,27 +124,6 @@ def test_only_the_launchs_own_processes_are_found_and_stopped(tmp_path):
         own.wait()
 
 
-@pytest.mark.parametrize("method", ["fedfrozen", "fedprox", "fedadam"])  # fedfrozen's stage 1 is FedAvg
-def test_flower_simulation_equals_the_loop(method, tmp_path):
-    """Full participation, same config and seed: the same accuracy every round (within 1e-6), the same
-    upload bytes per stage, and from T0 only the trainable arrays travel up."""
-    cfg = tiny_config(method=method, n_clients=3, rounds=3, warmup_rounds=1)
-    hf = flower_history(cfg, tmp_path)
-    hl = ff.run(cfg, progress=False)
-    assert len(hf.rows) == len(hl.rows) == 3
-    for a, b in zip(hf.rows, hl.rows):
-        assert a["stage"] == b["stage"]
-        assert abs(a["test_acc"] - b["test_acc"]) <= 1e-6
-        assert abs(a["test_loss"] - b["test_loss"]) <= 1e-5
-        assert abs(a["train_loss"] - b["train_loss"]) <= 1e-5
-        assert (a["bytes_up"], a["bytes_down"]) == (b["bytes_up"], b["bytes_down"])  # the frozen block: once
-        assert a["failures"] == []
-    if method == "fedfrozen":
-        assert hf.rows[1]["bytes_up"] < hf.rows[0]["bytes_up"]
-    assert hf.env["runtime"] == "flower"
-    assert leftover_processes() == []
-
-
 def test_partial_participation_by_partition_id(tmp_path):
     """2 of 4 clients per round, sampled by the method from the seed: the loop's clients, accuracy and bytes (the
     method's count); on the wire, round 0 sends the model to every node (which node holds which partition is
@@ -211,7 +190,10 @@ def test_every_method_on_flower_equals_the_loop_or_says_why_not(tmp_path):
         else:
             runs.append((cfg, tmp_path / f"{name}.json"))
     assert refused == {}  # every registered method runs on Flower (a plugin that cannot is named: the test above)
-    fl.simulate_many(runs)
+    # full participation too, on the same runtime (one start): fedfrozen's stage 1 is FedAvg
+    full = [(tiny_config(method=m, n_clients=3, rounds=3, warmup_rounds=1), tmp_path / f"full-{m}.json")
+            for m in ("fedfrozen", "fedprox", "fedadam")]
+    fl.simulate_many(runs + full)
     for cfg, out in runs:
         hf, hl = ff.History.load(out), ff.run(cfg, progress=False)
         assert [r["stage"] for r in hf.rows] == [r["stage"] for r in hl.rows], cfg.method
@@ -219,6 +201,17 @@ def test_every_method_on_flower_equals_the_loop_or_says_why_not(tmp_path):
         assert [r["clients"] for r in hf.rows] == [r["clients"] for r in hl.rows], cfg.method
         assert [(r["bytes_down"], r["bytes_up"]) for r in hf.rows] == [(r["bytes_down"], r["bytes_up"])
                                                                       for r in hl.rows], cfg.method
+    for cfg, out in full:  # the same accuracy every round (1e-6), losses (1e-5), upload bytes per stage
+        hf, hl = ff.History.load(out), ff.run(cfg, progress=False)
+        assert len(hf.rows) == len(hl.rows) == 3 and hf.env["runtime"] == "flower"
+        for a, b in zip(hf.rows, hl.rows):
+            assert a["stage"] == b["stage"] and a["failures"] == [], cfg.method
+            assert abs(a["test_acc"] - b["test_acc"]) <= 1e-6, cfg.method
+            assert abs(a["test_loss"] - b["test_loss"]) <= 1e-5, cfg.method
+            assert abs(a["train_loss"] - b["train_loss"]) <= 1e-5, cfg.method
+            assert (a["bytes_up"], a["bytes_down"]) == (b["bytes_up"], b["bytes_down"]), cfg.method  # frozen: once
+        if cfg.method == "fedfrozen":
+            assert hf.rows[1]["bytes_up"] < hf.rows[0]["bytes_up"]  # from T0 only the trainable arrays travel up
     assert leftover_processes() == []
 
 
