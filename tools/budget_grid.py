@@ -111,6 +111,7 @@ def screen(words, workers: int, pack: str | None, root=None, archives: Path = RO
 
     chosen = [s for s in budgets.readme_settings("cpu") if any(r.startswith(w) for r in s["rows"] for w in words)]
     clock = clock or Clock(None)
+    here = ff.io.machine_id(ff.io.machine(threads=1))  # the signature the runs train at (one thread)
     for s in chosen:
         if not clock.fits("screen"):
             print(f"stopping before {s['rows'][0]!r}: the sitting's time would end inside it", flush=True)
@@ -122,7 +123,6 @@ def screen(words, workers: int, pack: str | None, root=None, archives: Path = RO
               f"{got['gain']:+.2f} ± {got['half_width']:.2f} ({got['n']}): {got['status']}; "
               f"{(time.perf_counter() - start) / 60:.1f} min", flush=True)
         if pack:  # the screen's folders: its 2x runs, and the 1x runs trained again here
-            here = ff.io.machine_id(ff.io.machine(threads=1))
             homes = [e for e in budgets.rerun_homes(s["configs"][0].dataset, here)[1:]
                      if (results_root(root) / e).is_dir()]
             print(pack_new(Path(pack), homes, root, archives), flush=True)
